@@ -1,0 +1,783 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// LoadError is one problem in one policy file. Line is 0 when the problem is about the whole file.
+type LoadError struct {
+	File string
+	Line int
+	Msg  string
+}
+
+func (e LoadError) Error() string {
+	if e.Line <= 0 {
+		return e.File + ": " + e.Msg
+	}
+	return e.File + ":" + strconv.Itoa(e.Line) + ": " + e.Msg
+}
+
+// LoadErrors is every problem found while loading a policy folder, sorted by file and line.
+type LoadErrors []LoadError
+
+func (es LoadErrors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// PricesFile is the name of the price table kept beside the policies (owned by package tokens);
+// it is not a tenant policy and LoadDir skips it.
+const PricesFile = "prices.yaml"
+
+// isPolicyFile says whether a directory entry is loaded as a tenant policy: *.yaml and *.yml, except
+// prices.yaml/prices.yml and hidden files (editors' swap and lock files such as .#acme.yaml).
+// Examples that must not load are shipped as *.yaml.example.
+func isPolicyFile(name string) bool {
+	if strings.HasPrefix(name, ".") {
+		return false
+	}
+	ext := filepath.Ext(name)
+	if ext != ".yaml" && ext != ".yml" {
+		return false
+	}
+	base := strings.TrimSuffix(name, ext)
+	return base != "prices"
+}
+
+// LoadDir loads and validates every policy file in dir. When any file is bad it returns a nil Set
+// and LoadErrors listing every problem found (not just the first).
+func LoadDir(dir string) (*Set, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load policies: %w", err)
+	}
+	var names []string
+	for _, e := range entries {
+		if e.IsDir() || !isPolicyFile(e.Name()) {
+			continue
+		}
+		if e.Type()&os.ModeSymlink != 0 {
+			// A symlink to a directory is not a policy; a symlink to a file is (k8s ConfigMaps).
+			if fi, err := os.Stat(filepath.Join(dir, e.Name())); err == nil && fi.IsDir() {
+				continue
+			}
+		}
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+
+	var errs LoadErrors
+	var policies []*Policy
+	for _, name := range names {
+		path := filepath.Join(dir, name)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			errs = append(errs, LoadError{File: path, Msg: err.Error()})
+			continue
+		}
+		p, fileErrs := parseFile(path, name, data)
+		errs = append(errs, fileErrs...)
+		if p != nil && len(fileErrs) == 0 {
+			policies = append(policies, p)
+		}
+	}
+
+	set, setErrs := newSet(policies)
+	errs = append(errs, setErrs...)
+	if len(errs) > 0 {
+		sort.SliceStable(errs, func(i, j int) bool {
+			if errs[i].File != errs[j].File {
+				return errs[i].File < errs[j].File
+			}
+			return errs[i].Line < errs[j].Line
+		})
+		return nil, errs
+	}
+	set.Dir = dir
+	return set, nil
+}
+
+// Parse parses and validates one policy file's contents; name is the file's base name (it decides
+// whether the file is default.yaml). Cross-file checks (duplicate tenants and keys) are LoadDir's.
+func Parse(path string, data []byte) (*Policy, error) {
+	p, errs := parseFile(path, filepath.Base(path), data)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return p, nil
+}
+
+var yamlLineRe = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+func parseFile(path, name string, data []byte) (*Policy, LoadErrors) {
+	ps := &parser{file: path}
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			ps.add(0, "%s", "file is empty; a policy needs at least `tenant: NAME`")
+			return nil, ps.errs
+		}
+		msg := err.Error()
+		line := 0
+		if m := yamlLineRe.FindStringSubmatch(msg); m != nil {
+			line, _ = strconv.Atoi(m[1])
+			msg = m[2]
+		} else {
+			msg = strings.TrimPrefix(msg, "yaml: ")
+		}
+		ps.add(line, "invalid YAML: %s", msg)
+		return nil, ps.errs
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		ps.add(extra.Line, "a policy file holds one YAML document; found a second one")
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode {
+		if len(root.Content) == 0 {
+			ps.add(0, "%s", "file is empty; a policy needs at least `tenant: NAME`")
+			return nil, ps.errs
+		}
+		root = root.Content[0]
+	}
+	p := ps.policy(root, name == "default.yaml" || name == "default.yml")
+	if len(ps.errs) > 0 {
+		return nil, ps.errs
+	}
+	p.File = path
+	if err := p.render(); err != nil {
+		ps.add(p.Line, "%s", err.Error())
+		return nil, ps.errs
+	}
+	return p, nil
+}
+
+type parser struct {
+	file string
+	errs LoadErrors
+}
+
+func (ps *parser) add(line int, format string, args ...any) {
+	ps.errs = append(ps.errs, LoadError{File: ps.file, Line: line, Msg: fmt.Sprintf(format, args...)})
+}
+
+func resolve(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
+}
+
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		switch n.Tag {
+		case "!!null":
+			return "null"
+		case "!!str":
+			return strconv.Quote(n.Value)
+		case "!!int":
+			return "the integer " + n.Value
+		case "!!float":
+			return "the number " + n.Value
+		case "!!bool":
+			return "the boolean " + n.Value
+		}
+		return n.Value
+	}
+	return "something else"
+}
+
+// fields walks a mapping node, reporting duplicate and unknown keys, and calls fn for each known key.
+func (ps *parser) fields(n *yaml.Node, where string, known []string, fn func(key string, k, v *yaml.Node)) bool {
+	if n.Kind != yaml.MappingNode {
+		ps.add(n.Line, "%s must be a mapping, got %s", where, describe(n))
+		return false
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], resolve(n.Content[i+1])
+		key := k.Value
+		if k.Kind != yaml.ScalarNode {
+			ps.add(k.Line, "%s: keys must be plain names", where)
+			continue
+		}
+		if key == "<<" {
+			ps.add(k.Line, "%s: merge keys (<<) are not supported", where)
+			continue
+		}
+		if prev, dup := seen[key]; dup {
+			ps.add(k.Line, "%s: duplicate key %q (first at line %d)", where, key, prev)
+			continue
+		}
+		seen[key] = k.Line
+		if !contains(known, key) {
+			ps.add(k.Line, "unknown key %q in %s (known: %s)", key, where, strings.Join(known, ", "))
+			continue
+		}
+		fn(key, k, v)
+	}
+	return true
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func join(where, key string) string {
+	if where == "" || where == "the policy" {
+		return key
+	}
+	return where + "." + key
+}
+
+func (ps *parser) str(n *yaml.Node, where string) (string, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
+		ps.add(n.Line, "%s must be a string, got %s", where, describe(n))
+		return "", false
+	}
+	return n.Value, true
+}
+
+func (ps *parser) int(n *yaml.Node, where string, min int64) (int64, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		ps.add(n.Line, "%s must be an integer, got %s", where, describe(n))
+		return 0, false
+	}
+	var v int64
+	if err := n.Decode(&v); err != nil {
+		ps.add(n.Line, "%s: %s is not a valid integer", where, n.Value)
+		return 0, false
+	}
+	if v < min {
+		if min == 1 {
+			ps.add(n.Line, "%s must be greater than 0, got %d", where, v)
+		} else {
+			ps.add(n.Line, "%s must be at least %d, got %d", where, min, v)
+		}
+		return 0, false
+	}
+	return v, true
+}
+
+func (ps *parser) bool(n *yaml.Node, where string) (bool, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
+		ps.add(n.Line, "%s must be true or false, got %s", where, describe(n))
+		return false, false
+	}
+	var v bool
+	if err := n.Decode(&v); err != nil {
+		ps.add(n.Line, "%s must be true or false, got %s", where, n.Value)
+		return false, false
+	}
+	return v, true
+}
+
+func (ps *parser) duration(n *yaml.Node, where string) (time.Duration, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
+		ps.add(n.Line, "%s must be a duration such as 200ms or 5s, got %s", where, describe(n))
+		return 0, false
+	}
+	d, err := time.ParseDuration(n.Value)
+	if err != nil {
+		ps.add(n.Line, "%s must be a duration such as 200ms or 5s, got %q", where, n.Value)
+		return 0, false
+	}
+	if d < 0 {
+		ps.add(n.Line, "%s must not be negative, got %s", where, n.Value)
+		return 0, false
+	}
+	return d, true
+}
+
+var (
+	tenantRe   = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
+	toolNameRe = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,128}$`)
+)
+
+// maxTenantLen keeps tenant names usable as directory names and metric labels.
+const maxTenantLen = 63
+
+func (ps *parser) policy(n *yaml.Node, isDefault bool) *Policy {
+	p := &Policy{
+		Line:              n.Line,
+		ContextManagement: ContextManagement{Mode: CMDefault},
+		Memory: Memory{
+			Mode:          MemoryOff,
+			MaxIterations: DefaultMaxIterations,
+			Limits: MemoryLimits{
+				MaxFileBytes:   DefaultMaxFileBytes,
+				MaxTenantBytes: DefaultMaxTenantBytes,
+				MaxFiles:       DefaultMaxFiles,
+				MaxViewChars:   DefaultMaxViewChars,
+			},
+		},
+		Upstream: Upstream{RetryBaseDelay: DefaultRetryBaseDelay, RetryMaxDelay: DefaultRetryMaxDelay},
+	}
+	if isNull(n) {
+		ps.add(n.Line, "file is empty; a policy needs at least `tenant: NAME`")
+		return p
+	}
+	var tenantSeen, keysSeen bool
+	var keysLine int
+	ok := ps.fields(n, "the policy", []string{"tenant", "api_keys_sha256", "context_management", "memory", "upstream"}, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "tenant":
+			tenantSeen = true
+			p.Line = k.Line
+			name, ok := ps.str(v, "tenant")
+			if !ok {
+				return
+			}
+			switch {
+			case !tenantRe.MatchString(name):
+				ps.add(v.Line, "tenant %q is not a valid name: use lowercase letters, digits and '-', starting with a letter or digit", name)
+			case len(name) > maxTenantLen:
+				ps.add(v.Line, "tenant %q is longer than %d characters", name, maxTenantLen)
+			case isDefault && name != DefaultTenant:
+				ps.add(v.Line, "default.yaml must be tenant %q, got %q", DefaultTenant, name)
+			case !isDefault && name == DefaultTenant:
+				ps.add(v.Line, "tenant %q is reserved for default.yaml", DefaultTenant)
+			}
+			p.Tenant = name
+		case "api_keys_sha256":
+			keysSeen = true
+			keysLine = k.Line
+			p.KeyHashes = ps.keyHashes(v)
+		case "context_management":
+			ps.contextManagement(v, &p.ContextManagement)
+		case "memory":
+			ps.memory(v, &p.Memory)
+		case "upstream":
+			ps.upstream(v, &p.Upstream)
+		}
+	})
+	if !ok {
+		return p
+	}
+	if !tenantSeen {
+		if isDefault {
+			ps.add(n.Line, "missing `tenant: default`")
+		} else {
+			ps.add(n.Line, "missing `tenant: NAME`")
+		}
+	}
+	if isDefault && keysSeen && len(p.KeyHashes) > 0 {
+		ps.add(keysLine, "default.yaml applies to clients that match no tenant and must not list api_keys_sha256")
+	}
+	return p
+}
+
+func (ps *parser) keyHashes(n *yaml.Node) [][32]byte {
+	if isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		ps.add(n.Line, "api_keys_sha256 must be a list of sha256 hex digests, got %s", describe(n))
+		return nil
+	}
+	var out [][32]byte
+	seen := map[[32]byte]int{}
+	for i, item := range n.Content {
+		item = resolve(item)
+		where := fmt.Sprintf("api_keys_sha256[%d]", i)
+		s, ok := ps.str(item, where)
+		if !ok {
+			continue
+		}
+		var h [32]byte
+		if len(s) != 64 {
+			ps.add(item.Line, "%s must be 64 hex digits (the sha256 of the API key), got %d characters", where, len(s))
+			continue
+		}
+		if _, err := hex.Decode(h[:], []byte(s)); err != nil {
+			ps.add(item.Line, "%s is not hex: %v", where, err)
+			continue
+		}
+		if prev, dup := seen[h]; dup {
+			ps.add(item.Line, "%s repeats the key hash at line %d", where, prev)
+			continue
+		}
+		seen[h] = item.Line
+		out = append(out, h)
+	}
+	return out
+}
+
+func (ps *parser) contextManagement(n *yaml.Node, cm *ContextManagement) {
+	if isNull(n) {
+		return
+	}
+	ps.fields(n, "context_management", []string{"mode", "clear_thinking", "clear_tool_uses"}, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "mode":
+			s, ok := ps.str(v, "context_management.mode")
+			if !ok {
+				return
+			}
+			switch m := CMMode(s); m {
+			case CMEnforce, CMDefault, CMOff:
+				cm.Mode = m
+			default:
+				ps.add(v.Line, "context_management.mode must be enforce, default or off, got %q", s)
+			}
+		case "clear_thinking":
+			if isNull(v) { // an emptied block (everything commented out) means "no edit"
+				return
+			}
+			ct := &ClearThinking{}
+			ps.fields(v, "context_management.clear_thinking", []string{"keep"}, func(_ string, _, kv *yaml.Node) {
+				ct.Keep = ps.thinkingKeep(kv)
+			})
+			cm.ClearThinking = ct
+		case "clear_tool_uses":
+			if isNull(v) {
+				return
+			}
+			cm.ClearToolUses = ps.clearToolUses(v)
+		}
+	})
+}
+
+func (ps *parser) thinkingKeep(n *yaml.Node) *ThinkingKeep {
+	const where = "context_management.clear_thinking.keep"
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
+		if n.Value == "all" {
+			return &ThinkingKeep{All: true, AllString: true}
+		}
+		ps.add(n.Line, "%s must be all or {type: thinking_turns, value: N}, got %q", where, n.Value)
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		ps.add(n.Line, "%s must be all or {type: thinking_turns, value: N}, got %s", where, describe(n))
+		return nil
+	}
+	var typ string
+	var value *yaml.Node
+	ps.fields(n, where, []string{"type", "value"}, func(key string, _, v *yaml.Node) {
+		if key == "type" {
+			typ, _ = ps.str(v, where+".type")
+		} else {
+			value = v
+		}
+	})
+	switch typ {
+	case "all":
+		if value != nil {
+			ps.add(value.Line, "%s: {type: all} takes no value", where)
+		}
+		return &ThinkingKeep{All: true}
+	case "thinking_turns":
+		if value == nil {
+			ps.add(n.Line, "%s: thinking_turns needs a value (the number of recent assistant turns whose thinking is kept)", where)
+			return nil
+		}
+		v, ok := ps.int(value, where+".value", 1)
+		if !ok {
+			return nil
+		}
+		return &ThinkingKeep{Turns: v}
+	case "":
+		ps.add(n.Line, "%s needs a type: thinking_turns or all", where)
+	default:
+		ps.add(n.Line, "%s.type must be thinking_turns or all, got %q", where, typ)
+	}
+	return nil
+}
+
+func (ps *parser) clearToolUses(n *yaml.Node) *ClearToolUses {
+	const where = "context_management.clear_tool_uses"
+	cu := &ClearToolUses{}
+	ps.fields(n, where, []string{"trigger", "keep", "clear_at_least", "exclude_tools", "clear_tool_inputs"}, func(key string, _, v *yaml.Node) {
+		w := where + "." + key
+		switch key {
+		case "trigger":
+			cu.Trigger = ps.threshold(v, w, []string{"input_tokens", "tool_uses"}, 1)
+		case "keep":
+			cu.Keep = ps.threshold(v, w, []string{"tool_uses"}, 0)
+		case "clear_at_least":
+			if isNull(v) {
+				return
+			}
+			cu.ClearAtLeast = ps.threshold(v, w, []string{"input_tokens"}, 0)
+		case "exclude_tools":
+			if isNull(v) {
+				return
+			}
+			cu.ExcludeTools = ps.toolNames(v, w)
+			if cu.ExcludeTools == nil {
+				cu.ExcludeTools = []string{}
+			}
+		case "clear_tool_inputs":
+			if isNull(v) {
+				return
+			}
+			if v.Kind == yaml.SequenceNode {
+				tools := ps.toolNames(v, w)
+				if tools == nil {
+					tools = []string{}
+				}
+				cu.ClearToolInputs = &ClearToolInputs{Tools: tools}
+				return
+			}
+			if v.Kind == yaml.ScalarNode && v.Tag == "!!bool" {
+				b, ok := ps.bool(v, w)
+				if ok {
+					cu.ClearToolInputs = &ClearToolInputs{All: b}
+				}
+				return
+			}
+			ps.add(v.Line, "%s must be true, false or a list of tool names, got %s", w, describe(v))
+		}
+	})
+	return cu
+}
+
+func (ps *parser) threshold(n *yaml.Node, where string, types []string, min int64) *Threshold {
+	if n.Kind != yaml.MappingNode {
+		ps.add(n.Line, "%s must be {type: %s, value: N}, got %s", where, strings.Join(types, "|"), describe(n))
+		return nil
+	}
+	t := &Threshold{}
+	var typeNode, valueNode *yaml.Node
+	ps.fields(n, where, []string{"type", "value"}, func(key string, _, v *yaml.Node) {
+		if key == "type" {
+			typeNode = v
+		} else {
+			valueNode = v
+		}
+	})
+	ok := true
+	switch {
+	case typeNode != nil:
+		s, sok := ps.str(typeNode, where+".type")
+		switch {
+		case !sok:
+			ok = false
+		case !contains(types, s):
+			ps.add(typeNode.Line, "%s.type must be %s, got %q", where, orList(types), s)
+			ok = false
+		default:
+			t.Type = s
+		}
+	case len(types) == 1:
+		t.Type = types[0] // only one type is possible: the policy may leave it out
+	default:
+		ps.add(n.Line, "%s needs a type: %s", where, orList(types))
+		ok = false
+	}
+	if valueNode == nil {
+		ps.add(n.Line, "%s needs a value", where)
+		return nil
+	}
+	v, vok := ps.int(valueNode, where+".value", min)
+	if !ok || !vok {
+		return nil
+	}
+	t.Value = v
+	return t
+}
+
+func orList(s []string) string {
+	if len(s) == 1 {
+		return s[0]
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
+}
+
+func (ps *parser) toolNames(n *yaml.Node, where string) []string {
+	if n.Kind != yaml.SequenceNode {
+		ps.add(n.Line, "%s must be a list of tool names, got %s", where, describe(n))
+		return nil
+	}
+	var out []string
+	for i, item := range n.Content {
+		item = resolve(item)
+		w := fmt.Sprintf("%s[%d]", where, i)
+		s, ok := ps.str(item, w)
+		if !ok {
+			continue
+		}
+		if !toolNameRe.MatchString(s) {
+			ps.add(item.Line, "%s: %q is not a valid tool name (1-128 of a-z, A-Z, 0-9, _ and -)", w, s)
+			continue
+		}
+		if !contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (ps *parser) memory(n *yaml.Node, m *Memory) {
+	if isNull(n) {
+		return
+	}
+	ps.fields(n, "memory", []string{"mode", "max_iterations", "limits"}, func(key string, _, v *yaml.Node) {
+		switch key {
+		case "mode":
+			s, ok := ps.str(v, "memory.mode")
+			if !ok {
+				return
+			}
+			switch mm := MemoryMode(s); mm {
+			case MemoryProxy, MemoryInject, MemoryOff:
+				m.Mode = mm
+			default:
+				ps.add(v.Line, "memory.mode must be proxy, inject or off, got %q", s)
+			}
+		case "max_iterations":
+			if x, ok := ps.int(v, "memory.max_iterations", 1); ok {
+				m.MaxIterations = int(min(x, 1000))
+				if x > 1000 {
+					ps.add(v.Line, "memory.max_iterations must be at most 1000, got %d", x)
+				}
+			}
+		case "limits":
+			if isNull(v) {
+				return
+			}
+			ps.fields(v, "memory.limits", []string{"max_file_bytes", "max_total_bytes", "max_files", "max_view_chars"}, func(key string, _, lv *yaml.Node) {
+				x, ok := ps.int(lv, "memory.limits."+key, 1)
+				if !ok {
+					return
+				}
+				switch key {
+				case "max_file_bytes":
+					m.Limits.MaxFileBytes = x
+				case "max_total_bytes":
+					m.Limits.MaxTenantBytes = x
+				case "max_files":
+					m.Limits.MaxFiles = int(min(x, 1<<31-1))
+				case "max_view_chars":
+					m.Limits.MaxViewChars = int(min(x, 1<<31-1))
+				}
+			})
+			if m.Limits.MaxFileBytes > m.Limits.MaxTenantBytes {
+				ps.add(v.Line, "memory.limits.max_file_bytes (%d) is larger than max_total_bytes (%d)", m.Limits.MaxFileBytes, m.Limits.MaxTenantBytes)
+			}
+		}
+	})
+}
+
+func (ps *parser) upstream(n *yaml.Node, u *Upstream) {
+	if isNull(n) {
+		return
+	}
+	ps.fields(n, "upstream", []string{"retries", "retry_base_delay", "retry_max_delay"}, func(key string, _, v *yaml.Node) {
+		switch key {
+		case "retries":
+			if x, ok := ps.int(v, "upstream.retries", 0); ok {
+				if x > MaxRetries {
+					ps.add(v.Line, "upstream.retries must be at most %d, got %d", MaxRetries, x)
+					return
+				}
+				u.Retries = int(x)
+			}
+		case "retry_base_delay":
+			if d, ok := ps.duration(v, "upstream.retry_base_delay"); ok {
+				u.RetryBaseDelay = d
+			}
+		case "retry_max_delay":
+			if d, ok := ps.duration(v, "upstream.retry_max_delay"); ok {
+				u.RetryMaxDelay = d
+			}
+		}
+	})
+	if u.RetryBaseDelay > u.RetryMaxDelay {
+		ps.add(n.Line, "upstream.retry_base_delay (%s) is longer than retry_max_delay (%s)", u.RetryBaseDelay, u.RetryMaxDelay)
+	}
+}
+
+// render pre-computes the JSON of the tenant's edits so Rewrite only splices bytes.
+func (p *Policy) render() error {
+	cm := p.ContextManagement
+	if ct := cm.ClearThinking; ct != nil {
+		b := []byte(`{"type":"` + EditClearThinking + `"`)
+		if k := ct.Keep; k != nil {
+			switch {
+			case k.All && k.AllString:
+				b = append(b, `,"keep":"all"`...)
+			case k.All:
+				b = append(b, `,"keep":{"type":"all"}`...)
+			default:
+				b = append(b, `,"keep":{"type":"thinking_turns","value":`...)
+				b = strconv.AppendInt(b, k.Turns, 10)
+				b = append(b, '}')
+			}
+		}
+		p.clearThinkingJSON = append(b, '}')
+	}
+	if cu := cm.ClearToolUses; cu != nil {
+		b := []byte(`{"type":"` + EditClearToolUses + `"`)
+		th := func(name string, t *Threshold) {
+			if t == nil {
+				return
+			}
+			b = append(b, `,"`+name+`":{"type":"`+t.Type+`","value":`...)
+			b = strconv.AppendInt(b, t.Value, 10)
+			b = append(b, '}')
+		}
+		th("trigger", cu.Trigger)
+		th("keep", cu.Keep)
+		th("clear_at_least", cu.ClearAtLeast)
+		exclude := cu.ExcludeTools
+		if p.MemoryOn() && !contains(exclude, MemoryToolName) {
+			exclude = append(append([]string(nil), exclude...), MemoryToolName)
+		}
+		if exclude != nil {
+			js, err := json.Marshal(exclude)
+			if err != nil {
+				return fmt.Errorf("render exclude_tools: %w", err)
+			}
+			b = append(b, `,"exclude_tools":`...)
+			b = append(b, js...)
+		}
+		if ci := cu.ClearToolInputs; ci != nil {
+			b = append(b, `,"clear_tool_inputs":`...)
+			if ci.Tools != nil {
+				js, err := json.Marshal(ci.Tools)
+				if err != nil {
+					return fmt.Errorf("render clear_tool_inputs: %w", err)
+				}
+				b = append(b, js...)
+			} else {
+				b = strconv.AppendBool(b, ci.All)
+			}
+		}
+		p.clearToolUsesJSON = append(b, '}')
+	}
+	return nil
+}

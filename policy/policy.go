@@ -1,0 +1,206 @@
+// Package policy loads per-tenant context-management policies from a folder of YAML files, finds the
+// tenant of a request by the sha256 of its API key, and rewrites Messages API request bodies and
+// headers to apply the tenant's policy (see issue 2 and ../shared/spec/api.md §1, §2, §9).
+//
+// A Set is immutable once built; Store swaps whole Sets atomically so a request never sees half a
+// reload.
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// CMMode says how the tenant's context_management edits combine with the client's.
+type CMMode string
+
+const (
+	// CMEnforce: the tenant's edits replace whatever edits the client sent.
+	CMEnforce CMMode = "enforce"
+	// CMDefault: the client's edits stand if it sent any, else the tenant's are written.
+	CMDefault CMMode = "default"
+	// CMOff: the body's context_management is left exactly as the client sent it.
+	CMOff CMMode = "off"
+)
+
+// MemoryMode says whether the memory tool is added and who runs its calls.
+type MemoryMode string
+
+const (
+	// MemoryProxy: ctxproxy adds the memory tool and executes the model's calls itself.
+	MemoryProxy MemoryMode = "proxy"
+	// MemoryInject: ctxproxy adds the memory tool; the client executes the calls.
+	MemoryInject MemoryMode = "inject"
+	// MemoryOff: no memory tool is added.
+	MemoryOff MemoryMode = "off"
+)
+
+// Names the API uses.
+const (
+	BetaContextManagement = "context-management-2025-06-27"
+	EditClearThinking     = "clear_thinking_20251015"
+	EditClearToolUses     = "clear_tool_uses_20250919"
+	MemoryToolType        = "memory_20250818"
+	MemoryToolName        = "memory"
+)
+
+// Defaults for fields a policy file may omit.
+const (
+	DefaultMaxIterations  = 10
+	DefaultMaxFileBytes   = 1 << 20
+	DefaultMaxTenantBytes = 64 << 20
+	DefaultMaxFiles       = 10000
+	DefaultMaxViewChars   = 100000
+	DefaultRetryBaseDelay = 200 * time.Millisecond
+	DefaultRetryMaxDelay  = 5 * time.Second
+	// MaxRetries bounds upstream.retries: more than this only hides an outage.
+	MaxRetries = 10
+)
+
+// DefaultTenant is the tenant of default.yaml, used for clients that match no tenant.
+const DefaultTenant = "default"
+
+// Policy is one tenant's policy. It is read-only once loaded.
+type Policy struct {
+	Tenant            string
+	File              string     // file it came from
+	Line              int        // line of the tenant: key
+	KeyHashes         [][32]byte // from api_keys_sha256
+	ContextManagement ContextManagement
+	Memory            Memory
+	Upstream          Upstream
+
+	// Pre-rendered edits (JSON objects), nil when the tenant does not configure the edit.
+	// clearToolUsesJSON already lists "memory" in exclude_tools when memory is not off.
+	clearThinkingJSON []byte
+	clearToolUsesJSON []byte
+}
+
+// ContextManagement is the context_management block of a policy.
+type ContextManagement struct {
+	Mode          CMMode
+	ClearThinking *ClearThinking // nil: never add this edit
+	ClearToolUses *ClearToolUses // nil: never add this edit
+}
+
+// ClearThinking configures clear_thinking_20251015.
+type ClearThinking struct {
+	// Keep is nil when the policy leaves keep to the API's model-dependent default.
+	Keep *ThinkingKeep
+}
+
+// ThinkingKeep is keep of clear_thinking: {type: thinking_turns, value: N}, {type: all} or "all".
+type ThinkingKeep struct {
+	All       bool // keep every thinking block
+	AllString bool // written as the string "all" rather than {type: all}
+	Turns     int64
+}
+
+// ClearToolUses configures clear_tool_uses_20250919. Nil fields are left out of the edit so the
+// API's defaults apply.
+type ClearToolUses struct {
+	Trigger         *Threshold // type input_tokens or tool_uses
+	Keep            *Threshold // type tool_uses
+	ClearAtLeast    *Threshold // type input_tokens
+	ExcludeTools    []string   // as written in the policy ("memory" is added on the wire)
+	ClearToolInputs *ClearToolInputs
+}
+
+// Threshold is a {type, value} pair.
+type Threshold struct {
+	Type  string
+	Value int64
+}
+
+// ClearToolInputs is clear_tool_inputs: a bool, or a list of tool names.
+type ClearToolInputs struct {
+	All   bool
+	Tools []string // non-nil when written as a list
+}
+
+// Memory is the memory block of a policy.
+type Memory struct {
+	Mode          MemoryMode
+	MaxIterations int // memory loop cap (issue 3)
+	Limits        MemoryLimits
+}
+
+// MemoryLimits has the same fields as memoryhook.Limits so it converts with memoryhook.Limits(l).
+// In YAML MaxTenantBytes is max_total_bytes.
+type MemoryLimits struct {
+	MaxFileBytes, MaxTenantBytes int64
+	MaxFiles, MaxViewChars       int
+}
+
+// Upstream is the upstream block of a policy (issue 7).
+type Upstream struct {
+	Retries        int
+	RetryBaseDelay time.Duration
+	RetryMaxDelay  time.Duration
+}
+
+// MemoryOn reports whether the memory tool is added for this tenant.
+func (p *Policy) MemoryOn() bool {
+	return p != nil && (p.Memory.Mode == MemoryProxy || p.Memory.Mode == MemoryInject)
+}
+
+// TenantEdits returns the edits the tenant would write for a request with or without extended
+// thinking, as JSON objects in wire order.
+func (p *Policy) TenantEdits(thinking bool) [][]byte {
+	var out [][]byte
+	if thinking && p.clearThinkingJSON != nil {
+		out = append(out, p.clearThinkingJSON)
+	}
+	if p.clearToolUsesJSON != nil {
+		out = append(out, p.clearToolUsesJSON)
+	}
+	return out
+}
+
+// Summary is a one-line description of the policy, for `ctxproxy validate` and logs.
+func (p *Policy) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s (%s): %d key(s), context_management %s", p.Tenant, p.File, len(p.KeyHashes), p.ContextManagement.Mode)
+	var edits []string
+	if ct := p.ContextManagement.ClearThinking; ct != nil {
+		e := "clear_thinking"
+		if ct.Keep != nil {
+			if ct.Keep.All {
+				e += " keep all"
+			} else {
+				e += fmt.Sprintf(" keep %d turn(s)", ct.Keep.Turns)
+			}
+		}
+		edits = append(edits, e)
+	}
+	if cu := p.ContextManagement.ClearToolUses; cu != nil {
+		e := "clear_tool_uses"
+		if cu.Trigger != nil {
+			e += fmt.Sprintf(" at %d %s", cu.Trigger.Value, cu.Trigger.Type)
+		}
+		if cu.Keep != nil {
+			e += fmt.Sprintf(" keep %d", cu.Keep.Value)
+		}
+		edits = append(edits, e)
+	}
+	if len(edits) > 0 {
+		fmt.Fprintf(&b, " [%s]", strings.Join(edits, ", "))
+	}
+	fmt.Fprintf(&b, ", memory %s", p.Memory.Mode)
+	if p.Upstream.Retries > 0 {
+		fmt.Fprintf(&b, ", %d retries", p.Upstream.Retries)
+	}
+	return b.String()
+}
+
+// HashKey is the sha256 of an API key, the form policies store keys in.
+func HashKey(apiKey string) [32]byte { return sha256.Sum256([]byte(apiKey)) }
+
+// KeyID is the first 8 hex digits of the key's sha256: the most of a key that may be logged.
+func KeyID(apiKey string) string {
+	h := HashKey(apiKey)
+	return hex.EncodeToString(h[:4])
+}

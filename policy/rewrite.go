@@ -1,0 +1,570 @@
+package policy
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// RequestError is a client error found while rewriting; the proxy answers it in the API's shape.
+type RequestError struct {
+	Status  int
+	Type    string
+	Message string
+}
+
+func (e *RequestError) Error() string { return e.Type + ": " + e.Message }
+
+// JSON is the API's error body: {"type":"error","error":{"type":…,"message":…}}.
+func (e *RequestError) JSON() []byte {
+	b := []byte(`{"type":"error","error":{"type":`)
+	b = strconv.AppendQuote(b, e.Type)
+	b = append(b, `,"message":`...)
+	b = appendJSONString(b, e.Message)
+	return append(b, `}}`...)
+}
+
+func badRequest(format string, args ...any) *RequestError {
+	return &RequestError{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: fmt.Sprintf(format, args...)}
+}
+
+// RewriteInfo says what Rewrite found and did.
+type RewriteInfo struct {
+	Edits          []string // edit types now in the body's context_management, in order
+	EditsWritten   bool     // context_management was written or removed by the policy
+	MemoryAdded    bool     // the memory tool was appended to tools
+	MemoryDeclared bool     // the client declared the memory tool itself
+	BetaAdded      bool     // context-management beta merged into anthropic-beta (was missing)
+	Thinking       bool     // the request turns extended thinking on (enabled or adaptive)
+	ThreadContinue bool     // thread.type == "continue" (spec §9)
+}
+
+// memoryToolJSON is the memory tool definition ctxproxy appends.
+const memoryToolJSON = `{"type":"` + MemoryToolType + `","name":"` + MemoryToolName + `"}`
+
+// member is a top-level (or context_management-level) key found in the body.
+type member struct {
+	found bool
+	key   gjson.Result // key.Index is the offset of its opening quote
+	val   gjson.Result // val.Index is the offset of the value
+}
+
+func (m member) end() int { return m.val.Index + len(m.val.Raw) }
+
+// splice is one byte-range replacement in the body.
+type splice struct {
+	start, end int
+	data       []byte
+}
+
+// Rewrite applies p to a Messages (countTokens=false) or count_tokens request body and to its
+// headers, following issue 2:
+//
+//   - context_management.edits per p's mode (enforce / default / off), clear_thinking first, only
+//     with thinking on, "memory" in every clear_tool_uses edit's exclude_tools when memory is on;
+//   - the memory tool appended to tools when memory is proxy or inject (never creating a tools
+//     array on a thread continue request, spec §9);
+//   - the context-management beta merged into h when the body ends up with context_management or
+//     the memory tool.
+//
+// count_tokens gets exactly the same edits and memory tool, so its count matches the messages call.
+// Every byte the rules do not own is left as it was; the result aliases body when nothing changed,
+// and body is never modified. h is modified in place (only when err is nil). A nil p checks the
+// body and changes nothing. Errors are *RequestError.
+func (p *Policy) Rewrite(body []byte, h http.Header, countTokens bool) ([]byte, RewriteInfo, error) {
+	_ = countTokens // same rules for both endpoints; kept so callers say which one this is
+	var info RewriteInfo
+	s := unsafe.String(unsafe.SliceData(body), len(body)) // read-only view: body is never written
+
+	start := skipSpace(s, 0)
+	if start == len(s) {
+		return nil, info, badRequest("request body is empty; expected a JSON object")
+	}
+	if !gjson.Valid(s) {
+		return nil, info, syntaxError(body)
+	}
+	if s[start] != '{' {
+		return nil, info, badRequest("request body must be a JSON object, got %s", jsonKind(s[start]))
+	}
+	root := gjson.Result{Type: gjson.JSON, Raw: s[start:], Index: start}
+
+	var cm, tools, thinking, thread member
+	var dup string
+	root.ForEach(func(k, v gjson.Result) bool {
+		var m *member
+		switch k.Str {
+		case "context_management":
+			m = &cm
+		case "tools":
+			m = &tools
+		case "thinking":
+			m = &thinking
+		case "thread":
+			m = &thread
+		default:
+			return true
+		}
+		if m.found {
+			// The API may read the last copy while we rewrite the first: refuse rather than be bypassed.
+			dup = k.Str
+			return false
+		}
+		*m = member{found: true, key: k, val: v}
+		return true
+	})
+	if dup != "" {
+		return nil, info, badRequest("request body has the key %q more than once", dup)
+	}
+	if thinking.found && thinking.val.IsObject() {
+		t := thinking.val.Get("type").Str
+		info.Thinking = t == "enabled" || t == "adaptive"
+	}
+	if thread.found && thread.val.IsObject() {
+		info.ThreadContinue = thread.val.Get("type").Str == "continue"
+	}
+	if p == nil {
+		info.Edits = editTypes(cm)
+		return body, info, nil
+	}
+
+	var ops []splice
+	var topInserts []byte // members appended to the top-level object, joined by commas
+	rootEnd := start + len(trimRightSpace(root.Raw)) - 1
+	rootEmpty := skipSpace(s, start+1) == rootEnd
+
+	// 1. context_management.edits.
+	hasCM := cm.found && cm.val.Type != gjson.Null
+	if p.ContextManagement.Mode == CMOff {
+		info.Edits = editTypes(cm)
+	} else {
+		r, err := p.rewriteEdits(s, cm, info.Thinking)
+		if err != nil {
+			return nil, info, err
+		}
+		info.Edits = r.types
+		if r.op != nil {
+			ops = append(ops, *r.op)
+			info.EditsWritten = true
+		}
+		if r.topInsert != nil {
+			topInserts = r.topInsert
+			info.EditsWritten = true
+		}
+		if r.remove {
+			info.EditsWritten = true
+		}
+		hasCM = r.hasCM
+		if r.remove {
+			del, sole := deleteMember(s, cm)
+			ops = append(ops, del)
+			rootEmpty = rootEmpty || sole
+		}
+	}
+
+	// 2. The memory tool.
+	if p.MemoryOn() {
+		switch {
+		case tools.found && tools.val.Type != gjson.Null:
+			if !tools.val.IsArray() {
+				return nil, info, badRequest("tools must be an array, got %s", jsonKind(tools.val.Raw[0]))
+			}
+			var conflict *RequestError
+			n := 0
+			tools.val.ForEach(func(_, t gjson.Result) bool {
+				i := n
+				n++
+				if !t.IsObject() {
+					return true
+				}
+				if t.Get("name").Str != MemoryToolName {
+					return true
+				}
+				typ := t.Get("type")
+				if typ.Str == MemoryToolType {
+					info.MemoryDeclared = true
+					return true
+				}
+				kind := "a custom tool without a type"
+				if typ.Exists() {
+					kind = "type " + typ.Raw
+				}
+				conflict = badRequest("tools[%d] is a tool named %q (%s), which conflicts with the memory tool "+
+					`{"type":%q,"name":%q} that this tenant's policy adds (memory.mode: %s); rename the tool or use a tenant with memory.mode: off`,
+					i, MemoryToolName, kind, MemoryToolType, MemoryToolName, p.Memory.Mode)
+				return false
+			})
+			if conflict != nil {
+				return nil, info, conflict
+			}
+			if !info.MemoryDeclared {
+				closeAt := tools.end() - 1 // the array's ']'
+				data := []byte("," + memoryToolJSON)
+				if n == 0 {
+					data = data[1:]
+				}
+				ops = append(ops, splice{start: closeAt, end: closeAt, data: data})
+				info.MemoryAdded = true
+			}
+		case info.ThreadContinue:
+			// The thread's tool set applies; a tools array here would replace it (spec §9).
+		case tools.found: // "tools": null
+			ops = append(ops, splice{start: tools.val.Index, end: tools.end(), data: []byte("[" + memoryToolJSON + "]")})
+			info.MemoryAdded = true
+		default:
+			topInserts = appendMember(topInserts, "tools", "["+memoryToolJSON+"]")
+			info.MemoryAdded = true
+		}
+	}
+
+	if topInserts != nil {
+		if !rootEmpty {
+			topInserts = append([]byte{','}, topInserts...)
+		}
+		ops = append(ops, splice{start: rootEnd, end: rootEnd, data: topInserts})
+	}
+
+	// 3. The beta header.
+	if h != nil && (hasCM || info.MemoryAdded || info.MemoryDeclared) {
+		info.BetaAdded = MergeBeta(h, BetaContextManagement)
+	}
+	if len(ops) == 0 {
+		return body, info, nil
+	}
+	return applySplices(body, ops), info, nil
+}
+
+// editsResult is what rewriteEdits decided.
+type editsResult struct {
+	types     []string
+	op        *splice // replace a range (edits array, context_management null, or insert into it)
+	topInsert []byte  // a "context_management" member to add to the top-level object
+	remove    bool    // delete the context_management member
+	hasCM     bool    // the outgoing body has a non-null context_management
+}
+
+type clientEdit struct {
+	typ string
+	raw string // possibly rewritten (memory added to exclude_tools)
+}
+
+func (p *Policy) rewriteEdits(s string, cm member, thinking bool) (editsResult, error) {
+	var r editsResult
+	var edits member
+	cmPresent := cm.found && cm.val.Type != gjson.Null
+	if cmPresent {
+		if !cm.val.IsObject() {
+			return r, badRequest("context_management must be an object, got %s", jsonKind(cm.val.Raw[0]))
+		}
+		var dup bool
+		cm.val.ForEach(func(k, v gjson.Result) bool {
+			if k.Str != "edits" {
+				return true
+			}
+			if edits.found {
+				dup = true
+				return false
+			}
+			edits = member{found: true, key: k, val: v}
+			return true
+		})
+		if dup {
+			return r, badRequest(`context_management has the key "edits" more than once`)
+		}
+	}
+	editsPresent := edits.found && edits.val.Type != gjson.Null
+	if editsPresent && !edits.val.IsArray() {
+		return r, badRequest("context_management.edits must be an array, got %s", jsonKind(edits.val.Raw[0]))
+	}
+
+	// The client's edits, checked and fixed up.
+	var client []clientEdit
+	var clientChanged bool
+	if editsPresent {
+		var err error
+		i := 0
+		edits.val.ForEach(func(_, e gjson.Result) bool {
+			if !e.IsObject() {
+				err = badRequest("context_management.edits[%d] must be an object, got %s", i, jsonKind(e.Raw[0]))
+				return false
+			}
+			t := e.Get("type")
+			if t.Type != gjson.String {
+				err = badRequest("context_management.edits[%d].type must be a string", i)
+				return false
+			}
+			client = append(client, clientEdit{typ: t.Str, raw: e.Raw})
+			i++
+			return true
+		})
+		if err != nil {
+			return r, err
+		}
+	}
+
+	useClient := p.ContextManagement.Mode == CMDefault && len(client) > 0
+	var out []clientEdit
+	if useClient {
+		// clear_thinking first (stable), dropped without thinking (the API rejects it there).
+		for _, e := range client {
+			if e.typ == EditClearThinking {
+				if thinking {
+					out = append(out, e)
+				} else {
+					clientChanged = true
+				}
+			}
+		}
+		for i, e := range client {
+			if e.typ == EditClearThinking {
+				continue
+			}
+			if e.typ == EditClearToolUses && p.MemoryOn() {
+				raw, changed, err := excludeMemory(e.raw, i)
+				if err != nil {
+					return r, err
+				}
+				if changed {
+					e.raw = raw
+					clientChanged = true
+				}
+			}
+			out = append(out, e)
+		}
+		if !clientChanged {
+			for i := range out { // a reorder is a change too
+				if out[i].typ != client[i].typ || out[i].raw != client[i].raw {
+					clientChanged = true
+					break
+				}
+			}
+		}
+	} else {
+		for _, e := range p.TenantEdits(thinking) {
+			out = append(out, clientEdit{typ: typeOfTenantEdit(e), raw: string(e)})
+		}
+	}
+
+	for _, e := range out {
+		r.types = append(r.types, e.typ)
+	}
+
+	// Render the new edits array (only when it differs from what the client sent).
+	var newArr []byte
+	if len(out) > 0 {
+		n := 2
+		for _, e := range out {
+			n += len(e.raw) + 1
+		}
+		newArr = make([]byte, 0, n)
+		newArr = append(newArr, '[')
+		for i, e := range out {
+			if i > 0 {
+				newArr = append(newArr, ',')
+			}
+			newArr = append(newArr, e.raw...)
+		}
+		newArr = append(newArr, ']')
+	}
+	if useClient && !clientChanged {
+		r.hasCM = cmPresent
+		return r, nil
+	}
+	if !useClient && editsPresent && (bytes.Equal(newArr, []byte(edits.val.Raw)) || (len(out) == 0 && len(client) == 0)) {
+		r.hasCM = cmPresent // the client already sent exactly these edits (or an empty list and we have none)
+		return r, nil
+	}
+
+	if len(out) == 0 {
+		// Nothing left to send. Without edits the client's context_management is dropped when it
+		// holds nothing else; otherwise its edits become [].
+		if !editsPresent {
+			r.hasCM = cmPresent
+			return r, nil
+		}
+		if onlyKey(cm.val, "edits") {
+			r.remove = true
+			return r, nil
+		}
+		r.op = &splice{start: edits.val.Index, end: edits.end(), data: []byte("[]")}
+		r.hasCM = true
+		return r, nil
+	}
+
+	r.hasCM = true
+	switch {
+	case editsPresent || (edits.found && edits.val.Type == gjson.Null):
+		r.op = &splice{start: edits.val.Index, end: edits.end(), data: newArr}
+	case cmPresent: // an object without edits: add the member before its '}'
+		closeAt := cm.end() - 1
+		var data []byte
+		if skipSpace(s, cm.val.Index+1) != closeAt {
+			data = append(data, ',')
+		}
+		data = appendMember(data, "edits", string(newArr))
+		r.op = &splice{start: closeAt, end: closeAt, data: data}
+	case cm.found: // "context_management": null
+		data := make([]byte, 0, len(newArr)+10)
+		data = append(data, `{"edits":`...)
+		data = append(data, newArr...)
+		data = append(data, '}')
+		r.op = &splice{start: cm.val.Index, end: cm.end(), data: data}
+	default:
+		data := make([]byte, 0, len(newArr)+32)
+		data = append(data, `"context_management":{"edits":`...)
+		data = append(data, newArr...)
+		data = append(data, '}')
+		r.topInsert = data
+	}
+	return r, nil
+}
+
+// excludeMemory makes sure a clear_tool_uses edit lists "memory" in exclude_tools, so the memory
+// tool's calls and results are never cleared.
+func excludeMemory(raw string, i int) (string, bool, error) {
+	ex := gjson.Get(raw, "exclude_tools")
+	switch {
+	case !ex.Exists() || ex.Type == gjson.Null:
+		out, err := sjson.SetRaw(raw, "exclude_tools", `["memory"]`)
+		if err != nil {
+			return "", false, badRequest("context_management.edits[%d]: %v", i, err)
+		}
+		return out, true, nil
+	case !ex.IsArray():
+		return "", false, badRequest("context_management.edits[%d].exclude_tools must be an array of tool names, got %s", i, jsonKind(ex.Raw[0]))
+	}
+	found := false
+	ex.ForEach(func(_, v gjson.Result) bool {
+		if v.Type == gjson.String && v.Str == MemoryToolName {
+			found = true
+			return false
+		}
+		return true
+	})
+	if found {
+		return raw, false, nil
+	}
+	// Append before the array's ']' so the client's names keep their spelling.
+	closeAt := ex.Index + len(ex.Raw) - 1
+	sep := `,`
+	if skipSpace(raw, ex.Index+1) == closeAt {
+		sep = ""
+	}
+	return raw[:closeAt] + sep + `"memory"` + raw[closeAt:], true, nil
+}
+
+func typeOfTenantEdit(e []byte) string {
+	if bytes.HasPrefix(e, []byte(`{"type":"`+EditClearThinking+`"`)) {
+		return EditClearThinking
+	}
+	return EditClearToolUses
+}
+
+// editTypes lists the edit types in a context_management value without judging it.
+func editTypes(cm member) []string {
+	if !cm.found || !cm.val.IsObject() {
+		return nil
+	}
+	var out []string
+	cm.val.Get("edits").ForEach(func(_, e gjson.Result) bool {
+		if e.IsObject() {
+			out = append(out, e.Get("type").String())
+		}
+		return true
+	})
+	return out
+}
+
+func onlyKey(obj gjson.Result, key string) bool {
+	only := true
+	obj.ForEach(func(k, _ gjson.Result) bool {
+		if k.Str != key {
+			only = false
+			return false
+		}
+		return true
+	})
+	return only
+}
+
+// deleteMember removes a member and one adjacent comma; sole reports that it was the object's only
+// member.
+func deleteMember(s string, m member) (op splice, sole bool) {
+	start, end := m.key.Index, m.end()
+	if j := skipSpace(s, end); j < len(s) && s[j] == ',' {
+		return splice{start: start, end: skipSpace(s, j+1)}, false
+	}
+	j := start - 1
+	for j >= 0 && isSpace(s[j]) {
+		j--
+	}
+	if j >= 0 && s[j] == ',' {
+		return splice{start: j, end: end}, false
+	}
+	return splice{start: start, end: end}, true
+}
+
+func appendMember(b []byte, key, raw string) []byte {
+	if len(b) > 0 {
+		b = append(b, ',')
+	}
+	b = append(b, '"')
+	b = append(b, key...)
+	b = append(b, `":`...)
+	return append(b, raw...)
+}
+
+// applySplices builds the new body in one allocation.
+func applySplices(body []byte, ops []splice) []byte {
+	sort.SliceStable(ops, func(i, j int) bool { return ops[i].start < ops[j].start })
+	n := len(body)
+	for _, o := range ops {
+		n += len(o.data) - (o.end - o.start)
+	}
+	out := make([]byte, 0, n)
+	pos := 0
+	for _, o := range ops {
+		out = append(out, body[pos:o.start]...)
+		out = append(out, o.data...)
+		pos = o.end
+	}
+	return append(out, body[pos:]...)
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+func skipSpace(s string, i int) int {
+	for i < len(s) && isSpace(s[i]) {
+		i++
+	}
+	return i
+}
+
+func trimRightSpace(s string) string {
+	for len(s) > 0 && isSpace(s[len(s)-1]) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+func jsonKind(c byte) string {
+	switch c {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	default:
+		return "a number"
+	}
+}

@@ -1,0 +1,91 @@
+package policy
+
+import (
+	"encoding/hex"
+	"fmt"
+	"sort"
+)
+
+// Set is the policies of one folder, immutable once built.
+type Set struct {
+	Dir     string
+	byHash  map[[32]byte]*Policy
+	byName  map[string]*Policy
+	tenants []*Policy // sorted by name
+	def     *Policy
+}
+
+// newSet indexes policies, reporting tenants and key hashes that appear more than once.
+func newSet(policies []*Policy) (*Set, LoadErrors) {
+	s := &Set{byHash: map[[32]byte]*Policy{}, byName: map[string]*Policy{}}
+	var errs LoadErrors
+	for _, p := range policies {
+		if prev, dup := s.byName[p.Tenant]; dup {
+			errs = append(errs, LoadError{File: p.File, Line: p.Line,
+				Msg: fmt.Sprintf("tenant %q is already defined in %s:%d", p.Tenant, prev.File, prev.Line)})
+			continue
+		}
+		bad := false
+		for _, h := range p.KeyHashes {
+			if prev, dup := s.byHash[h]; dup && prev != p {
+				errs = append(errs, LoadError{File: p.File, Line: p.Line,
+					Msg: fmt.Sprintf("api key hash %s… of tenant %q is also listed by tenant %q (%s)", hex.EncodeToString(h[:4]), p.Tenant, prev.Tenant, prev.File)})
+				bad = true
+			}
+		}
+		if bad {
+			continue
+		}
+		for _, h := range p.KeyHashes {
+			s.byHash[h] = p
+		}
+		s.byName[p.Tenant] = p
+		s.tenants = append(s.tenants, p)
+		if p.Tenant == DefaultTenant {
+			s.def = p
+		}
+	}
+	sort.Slice(s.tenants, func(i, j int) bool { return s.tenants[i].Tenant < s.tenants[j].Tenant })
+	return s, errs
+}
+
+// Lookup finds the tenant whose api_keys_sha256 lists sha256(apiKey). When none does it returns
+// Default() (nil if there is no default.yaml) and ok=false.
+func (s *Set) Lookup(apiKey string) (p *Policy, ok bool) {
+	return s.LookupHash(HashKey(apiKey))
+}
+
+// LookupHash is Lookup for a key already hashed.
+func (s *Set) LookupHash(h [32]byte) (p *Policy, ok bool) {
+	if s == nil {
+		return nil, false
+	}
+	if p, ok := s.byHash[h]; ok {
+		return p, true
+	}
+	return s.def, false
+}
+
+// Default is tenant "default" from default.yaml, nil if absent.
+func (s *Set) Default() *Policy {
+	if s == nil {
+		return nil
+	}
+	return s.def
+}
+
+// Tenant returns the policy of the named tenant, nil if there is none.
+func (s *Set) Tenant(name string) *Policy {
+	if s == nil {
+		return nil
+	}
+	return s.byName[name]
+}
+
+// Tenants returns every policy, default included, sorted by tenant name.
+func (s *Set) Tenants() []*Policy {
+	if s == nil {
+		return nil
+	}
+	return append([]*Policy(nil), s.tenants...)
+}

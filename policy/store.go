@@ -1,0 +1,119 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"go.uber.org/zap"
+)
+
+// Store holds the current Set. Readers call Current on every request; Reload builds a whole new Set
+// and swaps it in atomically, so a request never sees half a reload.
+type Store struct {
+	dir string
+	log *zap.Logger
+	cur atomic.Pointer[Set]
+	mu  sync.Mutex // serialises Reload so an older load never overwrites a newer one
+
+	// debounce is how long Watch waits for a burst of file events to end before reloading.
+	debounce time.Duration
+	// reloaded, when set (tests), receives the result of every reload Watch triggers.
+	reloaded func(error)
+}
+
+// NewStore loads dir; the first load must succeed.
+func NewStore(dir string, log *zap.Logger) (*Store, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	set, err := LoadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{dir: dir, log: log, debounce: 100 * time.Millisecond}
+	s.cur.Store(set)
+	return s, nil
+}
+
+// Dir is the folder the store loads.
+func (s *Store) Dir() string { return s.dir }
+
+// Current is the Set in force. It never returns nil.
+func (s *Store) Current() *Set { return s.cur.Load() }
+
+// Reload loads the folder again. On failure the last good Set stays in force; the error is logged
+// and returned (LoadErrors when files are bad).
+func (s *Store) Reload() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	set, err := LoadDir(s.dir)
+	if err != nil {
+		var le LoadErrors
+		if errors.As(err, &le) {
+			problems := make([]string, len(le))
+			for i, e := range le {
+				problems[i] = e.Error()
+			}
+			s.log.Error("policy reload refused; the last good policies stay in force",
+				zap.String("dir", s.dir), zap.Strings("problems", problems))
+		} else {
+			s.log.Error("policy reload refused; the last good policies stay in force",
+				zap.String("dir", s.dir), zap.Error(err))
+		}
+		return err
+	}
+	s.cur.Store(set)
+	names := make([]string, 0, len(set.tenants))
+	for _, p := range set.tenants {
+		names = append(names, p.Tenant)
+	}
+	s.log.Info("policies reloaded", zap.String("dir", s.dir), zap.Strings("tenants", names))
+	return nil
+}
+
+// Watch reloads the store when anything in its folder changes, after the events have been quiet for
+// a short while (editors write a temp file and rename it over the original, producing several events;
+// Kubernetes swaps a ..data symlink). The folder itself is watched, not the files, so a file replaced
+// by rename stays watched. Watch returns nil when ctx is done.
+func (s *Store) Watch(ctx context.Context) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch policies: %w", err)
+	}
+	defer w.Close()
+	if err := w.Add(s.dir); err != nil {
+		return fmt.Errorf("watch policies %s: %w", s.dir, err)
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return errors.New("watch policies: watcher closed")
+			}
+			s.log.Debug("policy folder changed", zap.String("file", ev.Name), zap.String("op", ev.Op.String()))
+			timer.Reset(s.debounce)
+		case err, ok := <-w.Errors:
+			if !ok {
+				return errors.New("watch policies: watcher closed")
+			}
+			// An overflow loses events: reload to be sure nothing was missed.
+			s.log.Warn("policy watcher error", zap.Error(err))
+			timer.Reset(s.debounce)
+		case <-timer.C:
+			err := s.Reload()
+			if s.reloaded != nil {
+				s.reloaded(err)
+			}
+		}
+	}
+}
