@@ -1,0 +1,564 @@
+package memoryhook
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// FileStore keeps tenant T's /memories in <dir>/T/ on the local file system.
+//
+// Containment rests on two things: every file system call goes through an
+// os.Root opened on the tenant directory (openat-based, cannot leave it,
+// whatever links say), and before using a path the store Lstats each of its
+// components and refuses any symbolic link, even one planted in an allowed
+// place by someone else. A link swapped in between the check and the use
+// could at most point elsewhere inside the same tenant (os.Root), and file
+// reads compare the opened file with the checked one.
+//
+// Writes are atomic (temporary file in the same directory, fsync, rename,
+// fsync of the directory). All writes of one tenant are serialised by a
+// per-tenant lock, which also keeps the tenant's usage (for the limits)
+// exact; reads take no lock, as a rename replaces a file whole. The lock is
+// per process: two processes must not share one directory (use the
+// PostgreSQL store for replicas). Files are created 0600, directories 0700.
+//
+// A directory's size in listings is its real st_size (4096, "4K", for small
+// directories on ext4).
+type FileStore struct {
+	Store
+	b *fileBackend
+}
+
+// NewFileStore opens (creating it if missing) the store directory dir.
+func NewFileStore(dir string) (*FileStore, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("memory store %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return nil, fmt.Errorf("memory store: %w", err)
+	}
+	root, err := os.OpenRoot(abs)
+	if err != nil {
+		return nil, fmt.Errorf("memory store: %w", err)
+	}
+	b := &fileBackend{dir: abs, root: root, tenants: map[string]*tenantState{}}
+	return &FileStore{Store: NewStore(b), b: b}, nil
+}
+
+// Dir is the store directory (absolute). Never show it to the model.
+func (s *FileStore) Dir() string { return s.b.dir }
+
+// Close releases the store directory.
+func (s *FileStore) Close() error { return s.b.root.Close() }
+
+// tenantName is the shape of a tenant directory: it can never be ".", "..",
+// hidden or contain a separator.
+var tenantName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// ValidTenant reports whether name can be a tenant of the FileStore.
+func ValidTenant(name string) bool { return tenantName.MatchString(name) }
+
+type fileBackend struct {
+	dir  string
+	root *os.Root // the store directory
+
+	mu      sync.Mutex
+	tenants map[string]*tenantState
+}
+
+// tenantState serialises one tenant's writes and caches its usage.
+type tenantState struct {
+	lock  chan struct{} // a mutex that gives up when the context does
+	usage Usage
+	known bool // usage has been computed; false again after a failed write
+}
+
+func (b *fileBackend) state(tenant string) *tenantState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := b.tenants[tenant]
+	if t == nil {
+		t = &tenantState{lock: make(chan struct{}, 1)}
+		b.tenants[tenant] = t
+	}
+	return t
+}
+
+func (t *tenantState) acquire(ctx context.Context) error {
+	select {
+	case t.lock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (t *tenantState) release() { <-t.lock }
+
+// open returns an os.Root on the tenant's directory, creating it if needed.
+func (b *fileBackend) open(ctx context.Context, tenant string) (*os.Root, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if !ValidTenant(tenant) {
+		return nil, Unavailable("invalid tenant name", fmt.Errorf("tenant %q", tenant))
+	}
+	fi, err := b.root.Lstat(tenant)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := b.root.Mkdir(tenant, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, err
+		}
+		fi, err = b.root.Lstat(tenant)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() { // a link or file planted where the tenant directory goes
+		return nil, ErrSymlink
+	}
+	r, err := b.root.OpenRoot(tenant)
+	if err != nil {
+		return nil, err
+	}
+	if got, err := r.Stat("."); err != nil || !os.SameFile(fi, got) {
+		r.Close()
+		return nil, ErrSymlink
+	}
+	return r, nil
+}
+
+// rel is the name of p inside the tenant root.
+func rel(p Path) string {
+	if p.IsRoot() {
+		return "."
+	}
+	return p.Rel()
+}
+
+// walked is what lwalk found along a path.
+type walked struct {
+	have   int         // leading components that exist
+	leaf   fs.FileInfo // the path itself, when it exists
+	notDir Path        // the first ancestor that is not a directory, if any
+	isFile bool        // notDir is set
+}
+
+// lwalk Lstats each component of p from the root down, refusing links.
+func lwalk(r *os.Root, p Path) (walked, error) {
+	var w walked
+	if p.IsRoot() {
+		fi, err := r.Lstat(".")
+		w.leaf = fi
+		return w, err
+	}
+	for i := range p.elems {
+		fi, err := r.Lstat(strings.Join(p.elems[:i+1], "/"))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			w.have = i
+			return w, nil
+		case err != nil:
+			return w, err
+		case fi.Mode()&fs.ModeSymlink != 0:
+			return w, ErrSymlink
+		case i < len(p.elems)-1 && !fi.IsDir():
+			w.have, w.notDir, w.isFile = i+1, p.prefix(i+1), true
+			return w, nil
+		case i == len(p.elems)-1:
+			w.leaf = fi
+		}
+	}
+	w.have = len(p.elems)
+	return w, nil
+}
+
+func (b *fileBackend) Stat(ctx context.Context, sc Scope, p Path) (Entry, error) {
+	r, err := b.open(ctx, sc.Tenant)
+	if err != nil {
+		return Entry{}, err
+	}
+	defer r.Close()
+	w, err := lwalk(r, p)
+	switch {
+	case err != nil:
+		return Entry{}, err
+	case w.leaf == nil:
+		return Entry{}, ErrNotExist
+	case w.leaf.IsDir():
+		return Entry{Dir: true, Size: w.leaf.Size()}, nil
+	case w.leaf.Mode().IsRegular():
+		return Entry{Size: w.leaf.Size()}, nil
+	}
+	return Entry{}, ErrNotExist // sockets, devices, FIFOs: not memory
+}
+
+// readFile reads regular file p after lwalk, refusing anything that changed
+// between the check and the open.
+func readFile(r *os.Root, sc Scope, p Path) ([]byte, error) {
+	w, err := lwalk(r, p)
+	switch {
+	case err != nil:
+		return nil, err
+	case w.leaf == nil:
+		return nil, ErrNotExist
+	case w.leaf.IsDir():
+		return nil, ErrNotFile
+	case !w.leaf.Mode().IsRegular():
+		return nil, ErrNotExist
+	}
+	if err := sc.Limits.CheckRead(p, w.leaf.Size()); err != nil {
+		return nil, err
+	}
+	// O_NONBLOCK: a FIFO swapped in after the check must not hang us.
+	f, err := r.OpenFile(rel(p), os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, ErrNotExist
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !os.SameFile(fi, w.leaf) {
+		if fi.Mode().IsRegular() { // replaced by an atomic write meanwhile: fine
+			if err := sc.Limits.CheckRead(p, fi.Size()); err != nil {
+				return nil, err
+			}
+		} else {
+			return nil, ErrSymlink
+		}
+	}
+	max := sc.Limits.MaxFileBytes
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, sc.Limits.CheckRead(p, int64(len(data)))
+	}
+	return data, nil
+}
+
+func (b *fileBackend) ReadFile(ctx context.Context, sc Scope, p Path) ([]byte, error) {
+	r, err := b.open(ctx, sc.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return readFile(r, sc, p)
+}
+
+func (b *fileBackend) List(ctx context.Context, sc Scope, p Path, depth int) ([]Entry, error) {
+	r, err := b.open(ctx, sc.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	w, err := lwalk(r, p)
+	switch {
+	case err != nil:
+		return nil, err
+	case w.leaf == nil:
+		return nil, ErrNotExist
+	case !w.leaf.IsDir():
+		return nil, ErrNotFile
+	}
+	var out []Entry
+	var walk func(dir, prefix string, level int) error
+	walk = func(dir, prefix string, level int) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		f, err := r.Open(dir)
+		if err != nil {
+			return err
+		}
+		names, err := f.Readdirnames(-1)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		for _, name := range names {
+			fi, err := r.Lstat(dir + "/" + name)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // removed meanwhile
+			}
+			if err != nil {
+				return err
+			}
+			relName := prefix + name
+			switch {
+			case fi.IsDir():
+				out = append(out, Entry{Rel: relName, Dir: true, Size: fi.Size()})
+				if level < depth && !hiddenRel(name) {
+					if err := walk(dir+"/"+name, relName+"/", level+1); err != nil && !errors.Is(err, fs.ErrNotExist) {
+						return err
+					}
+				}
+			case fi.Mode().IsRegular():
+				out = append(out, Entry{Rel: relName, Size: fi.Size()})
+			}
+		}
+		return nil
+	}
+	if err := walk(rel(p), "", 1); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// usage returns the tenant's usage, walking its directory the first time
+// (or after a failed write). Call with the tenant lock held.
+func (t *tenantState) current(r *os.Root) (Usage, error) {
+	if t.known {
+		return t.usage, nil
+	}
+	u, err := treeUsage(r, ".")
+	if err != nil {
+		return Usage{}, err
+	}
+	u.Entries-- // the root itself is not an entry
+	t.usage, t.known = u, true
+	return u, nil
+}
+
+// treeUsage counts the regular files (bytes) and directories below and
+// including name, without following links.
+func treeUsage(r *os.Root, name string) (Usage, error) {
+	var u Usage
+	err := fs.WalkDir(r.FS(), name, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			u.Entries++
+		case d.Type().IsRegular():
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			u.Entries++
+			u.Bytes += fi.Size()
+		}
+		return nil
+	})
+	return u, err
+}
+
+// write runs fn holding the tenant's lock with its current usage; fn
+// returns the usage after it. A failure that may have left the disk
+// half-changed makes the next write recount.
+func (b *fileBackend) write(ctx context.Context, sc Scope, fn func(r *os.Root, u Usage) (Usage, error)) error {
+	t := b.state(sc.Tenant)
+	if err := t.acquire(ctx); err != nil {
+		return err
+	}
+	defer t.release()
+	r, err := b.open(ctx, sc.Tenant)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	u, err := t.current(r)
+	if err != nil {
+		return err
+	}
+	after, err := fn(r, u)
+	if err != nil {
+		var me *Error
+		if !errors.As(err, &me) && !errors.Is(err, ErrExist) && !errors.Is(err, ErrNotExist) &&
+			!errors.Is(err, ErrNotFile) && !errors.Is(err, ErrSymlink) {
+			t.known = false
+		}
+		return err
+	}
+	t.usage = after
+	return nil
+}
+
+// mkdirs makes the missing ancestors of p, from w.have on.
+func mkdirs(r *os.Root, p Path, have int) error {
+	for i := have; i < len(p.elems)-1; i++ {
+		if err := r.Mkdir(strings.Join(p.elems[:i+1], "/"), 0o700); err != nil {
+			return err
+		}
+	}
+	if have < len(p.elems)-1 {
+		return syncDir(r, p.prefix(have))
+	}
+	return nil
+}
+
+func syncDir(r *os.Root, dir Path) error {
+	d, err := r.Open(rel(dir))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOTSUP) {
+		return err
+	}
+	return nil
+}
+
+// writeAtomic replaces (or creates) file p with data: a temporary file in
+// the same directory, fsync, rename over p, fsync of the directory. A crash
+// leaves either the old or the new file, plus at worst a hidden ".tmp-*".
+func writeAtomic(ctx context.Context, r *os.Root, p Path, data []byte) (err error) {
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	dir := p.Parent()
+	tmp := ".tmp-" + hex.EncodeToString(rnd[:])
+	if !dir.IsRoot() {
+		tmp = dir.Rel() + "/" + tmp
+	}
+	f, err := r.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			r.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = ctx.Err(); err != nil { // last moment to give up without a change
+		return err
+	}
+	if err = r.Rename(tmp, rel(p)); err != nil {
+		return err
+	}
+	return syncDir(r, dir)
+}
+
+func (b *fileBackend) Create(ctx context.Context, sc Scope, p Path, data []byte) error {
+	return b.write(ctx, sc, func(r *os.Root, u Usage) (Usage, error) {
+		w, err := lwalk(r, p)
+		switch {
+		case err != nil:
+			return u, err
+		case w.isFile:
+			return u, &NotDirError{Path: w.notDir}
+		case w.have == len(p.elems):
+			return u, ErrExist
+		}
+		u.Entries += len(p.elems) - w.have // new directories and the file
+		u.Bytes += int64(len(data))
+		if err := sc.Limits.CheckUsage(u); err != nil {
+			return u, err
+		}
+		if err := mkdirs(r, p, w.have); err != nil {
+			return u, err
+		}
+		return u, writeAtomic(ctx, r, p, data)
+	})
+}
+
+func (b *fileBackend) Update(ctx context.Context, sc Scope, p Path, edit func([]byte) ([]byte, error)) error {
+	return b.write(ctx, sc, func(r *os.Root, u Usage) (Usage, error) {
+		old, err := readFile(r, sc, p)
+		if err != nil {
+			return u, err
+		}
+		data, err := edit(old)
+		if err != nil {
+			return u, err
+		}
+		u.Bytes += int64(len(data)) - int64(len(old))
+		if err := sc.Limits.CheckUsage(u); err != nil {
+			return u, err
+		}
+		return u, writeAtomic(ctx, r, p, data)
+	})
+}
+
+func (b *fileBackend) Delete(ctx context.Context, sc Scope, p Path) error {
+	return b.write(ctx, sc, func(r *os.Root, u Usage) (Usage, error) {
+		w, err := lwalk(r, p)
+		switch {
+		case err != nil:
+			return u, err
+		case w.leaf == nil:
+			return u, ErrNotExist
+		}
+		gone, err := treeUsage(r, rel(p))
+		if err != nil {
+			return u, err
+		}
+		if err := r.RemoveAll(rel(p)); err != nil {
+			return u, err
+		}
+		u.Bytes -= gone.Bytes
+		u.Entries -= gone.Entries
+		return u, syncDir(r, p.Parent())
+	})
+}
+
+func (b *fileBackend) Rename(ctx context.Context, sc Scope, from, to Path) error {
+	return b.write(ctx, sc, func(r *os.Root, u Usage) (Usage, error) {
+		wf, err := lwalk(r, from)
+		if err != nil {
+			return u, err
+		}
+		wt, err := lwalk(r, to)
+		switch {
+		case err != nil:
+			return u, err
+		case wt.leaf != nil:
+			return u, ErrExist
+		case wf.leaf == nil:
+			return u, ErrNotExist
+		case wt.isFile:
+			return u, &NotDirError{Path: wt.notDir}
+		}
+		u.Entries += len(to.elems) - 1 - wt.have
+		if err := sc.Limits.CheckUsage(u); err != nil {
+			return u, err
+		}
+		if err := mkdirs(r, to, wt.have); err != nil {
+			return u, err
+		}
+		if err := ctx.Err(); err != nil {
+			return u, err
+		}
+		if err := r.Rename(rel(from), rel(to)); err != nil {
+			return u, err
+		}
+		if err := syncDir(r, to.Parent()); err != nil {
+			return u, err
+		}
+		return u, syncDir(r, from.Parent())
+	})
+}
+
+func (b *fileBackend) Ready(ctx context.Context) error {
+	if _, err := b.root.Stat("."); err != nil {
+		return Unavailable("store directory not accessible", err)
+	}
+	return nil
+}

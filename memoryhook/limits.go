@@ -1,0 +1,87 @@
+package memoryhook
+
+// Limits bound one tenant's memory. A zero or negative field means the
+// default (see DefaultLimits), so a policy can leave any of them out.
+type Limits struct {
+	MaxFileBytes   int64 // one file's size
+	MaxTenantBytes int64 // all files of the tenant together
+	MaxFiles       int   // files and directories of the tenant (directories count: they cost inodes too)
+	MaxViewChars   int   // characters one view returns; longer results are cut with a note
+}
+
+// DefaultLimits: 1 MiB per file, 64 MiB and 10,000 entries per tenant,
+// 100,000 characters per view.
+func DefaultLimits() Limits {
+	return Limits{MaxFileBytes: 1 << 20, MaxTenantBytes: 64 << 20, MaxFiles: 10000, MaxViewChars: 100000}
+}
+
+// OrDefaults fills zero or negative fields from DefaultLimits.
+func (l Limits) OrDefaults() Limits {
+	d := DefaultLimits()
+	if l.MaxFileBytes <= 0 {
+		l.MaxFileBytes = d.MaxFileBytes
+	}
+	if l.MaxTenantBytes <= 0 {
+		l.MaxTenantBytes = d.MaxTenantBytes
+	}
+	if l.MaxFiles <= 0 {
+		l.MaxFiles = d.MaxFiles
+	}
+	if l.MaxViewChars <= 0 {
+		l.MaxViewChars = d.MaxViewChars
+	}
+	return l
+}
+
+// Scope is one tenant's view of a store.
+type Scope struct {
+	Tenant string
+	Limits Limits
+}
+
+// MaxLines is the most lines a file may have (the SDKs' limit for view;
+// ctxproxy also refuses writes that would exceed it).
+const MaxLines = 999999
+
+// Usage is what a tenant's memory holds: bytes of all files and the number
+// of entries (files and directories, the root not counted).
+type Usage struct {
+	Bytes   int64
+	Entries int
+}
+
+// CheckUsage returns the limit error for a tenant that would hold u after a
+// write, or nil. Backends call it inside their lock or transaction, with
+// the usage the write would leave, so both stores word it identically.
+func (l Limits) CheckUsage(u Usage) error {
+	l = l.OrDefaults()
+	if u.Bytes > l.MaxTenantBytes {
+		return errorf("Memory would hold %d bytes in total; the limit is %d bytes.", u.Bytes, l.MaxTenantBytes)
+	}
+	if u.Entries > l.MaxFiles {
+		return errorf("Memory would hold %d files and directories; the limit is %d.", u.Entries, l.MaxFiles)
+	}
+	return nil
+}
+
+// CheckRead returns the error for reading a file of size bytes, or nil. A
+// file can only be over the limit when it was put there by other means or
+// the limit was lowered; refusing keeps a read's memory bounded (it can
+// still be deleted or renamed).
+func (l Limits) CheckRead(p Path, size int64) error {
+	if max := l.OrDefaults().MaxFileBytes; size > max {
+		return errorf("File %s is %d bytes; the limit is %d bytes.", p.Raw(), size, max)
+	}
+	return nil
+}
+
+// checkWrite returns the error for writing data as file p, or nil.
+func (l Limits) checkWrite(p Path, data []byte) error {
+	if max := l.OrDefaults().MaxFileBytes; int64(len(data)) > max {
+		return errorf("File %s would be %d bytes; the limit is %d bytes.", p.Raw(), len(data), max)
+	}
+	if n := countLines(data); n > MaxLines {
+		return errorf("File %s would have %d lines; the limit is 999,999 lines.", p.Raw(), n)
+	}
+	return nil
+}
