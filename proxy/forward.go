@@ -1,0 +1,310 @@
+package proxy
+
+import (
+	"bytes"
+	"compress/flate"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/andybalholm/brotli"
+	"github.com/klauspost/compress/zstd"
+)
+
+// hopHeaders are the hop-by-hop headers of RFC 9110 §7.6.1, as
+// net/http/httputil drops them.
+var hopHeaders = []string{
+	"Connection",
+	"Proxy-Connection",
+	"Keep-Alive",
+	"Proxy-Authenticate",
+	"Proxy-Authorization",
+	"Te",
+	"Trailer",
+	"Transfer-Encoding",
+	"Upgrade",
+}
+
+// removeHopHeaders deletes hop-by-hop headers, including those the
+// Connection header names.
+func removeHopHeaders(h http.Header) {
+	for _, f := range h.Values("Connection") {
+		for _, sf := range strings.Split(f, ",") {
+			if sf = strings.TrimSpace(sf); sf != "" {
+				h.Del(sf)
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
+}
+
+// decodableEncodings are the content codings the proxy can read. It asks the
+// upstream only for these on routes whose replies it reads (usage,
+// applied_edits, memory calls), then hands the client identity bytes.
+var decodableEncodings = map[string]bool{"gzip": true, "deflate": true, "br": true, "zstd": true}
+
+// readableAcceptEncoding narrows the client's Accept-Encoding to codings the
+// proxy can decode.
+func readableAcceptEncoding(h http.Header) string {
+	var out []string
+	for _, v := range h.Values("Accept-Encoding") {
+		for _, part := range strings.Split(v, ",") {
+			name := strings.TrimSpace(part)
+			if i := strings.IndexByte(name, ';'); i >= 0 {
+				name = strings.TrimSpace(name[:i])
+			}
+			if decodableEncodings[strings.ToLower(name)] {
+				out = append(out, strings.TrimSpace(part))
+			}
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// decodeBody wraps resp.Body so it reads identity bytes, and fixes the
+// headers to match.
+func decodeBody(resp *http.Response) error {
+	enc := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding")))
+	if enc == "" || enc == "identity" {
+		return nil
+	}
+	var r io.Reader
+	var closer func()
+	switch enc {
+	case "gzip", "x-gzip":
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			return fmt.Errorf("decode gzip reply: %w", err)
+		}
+		r = zr
+	case "deflate":
+		fr := flate.NewReader(resp.Body)
+		r, closer = fr, func() { fr.Close() }
+	case "br":
+		r = brotli.NewReader(resp.Body)
+	case "zstd":
+		zr, err := zstd.NewReader(resp.Body, zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return fmt.Errorf("decode zstd reply: %w", err)
+		}
+		r, closer = zr, zr.Close
+	default:
+		return fmt.Errorf("upstream sent content-encoding %q the proxy cannot read", enc)
+	}
+	resp.Body = &decodedBody{Reader: r, body: resp.Body, closer: closer}
+	resp.Header.Del("Content-Encoding")
+	resp.Header.Del("Content-Length")
+	resp.ContentLength = -1
+	resp.Uncompressed = true
+	return nil
+}
+
+type decodedBody struct {
+	io.Reader
+	body   io.ReadCloser
+	closer func()
+}
+
+func (d *decodedBody) Close() error {
+	if d.closer != nil {
+		d.closer()
+	}
+	return d.body.Close()
+}
+
+// upstream sends requests to the Messages API.
+type upstream struct {
+	base   *url.URL
+	client *http.Client
+}
+
+// newRequest builds the upstream request for path from the client's request,
+// with body as its (possibly rewritten) body.
+func (u *upstream) newRequest(ctx context.Context, in *http.Request, h http.Header, body []byte) (*http.Request, error) {
+	target := *u.base
+	target.Path = singleJoiningSlash(u.base.Path, in.URL.Path)
+	target.RawPath = ""
+	target.RawQuery = in.URL.RawQuery
+	req, err := http.NewRequestWithContext(ctx, in.Method, target.String(), bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("build upstream request: %w", err)
+	}
+	req.Header = h.Clone()
+	removeHopHeaders(req.Header)
+	req.Header.Del("Content-Length")
+	req.Header.Del("Content-Encoding") // the body was read (and decoded) by the proxy
+	if ae := readableAcceptEncoding(in.Header); ae != "" {
+		req.Header.Set("Accept-Encoding", ae)
+	} else {
+		req.Header.Set("Accept-Encoding", "identity")
+	}
+	if _, ok := req.Header["User-Agent"]; !ok {
+		req.Header.Set("User-Agent", "") // as httputil: don't add Go's default
+	}
+	req.ContentLength = int64(len(body))
+	req.Host = target.Host
+	return req, nil
+}
+
+// singleJoiningSlash is httputil's path join.
+func singleJoiningSlash(a, b string) string {
+	aslash := strings.HasSuffix(a, "/")
+	bslash := strings.HasPrefix(b, "/")
+	switch {
+	case aslash && bslash:
+		return a + b[1:]
+	case !aslash && !bslash:
+		return a + "/" + b
+	}
+	return a + b
+}
+
+// retryPolicy is one tenant's opt-in upstream retry.
+type retryPolicy struct {
+	retries int
+	base    time.Duration
+	max     time.Duration
+}
+
+// retryableStatus is what the proxy may retry: rate limits, overload and
+// transient server errors, as the official SDKs do.
+func retryableStatus(code int) bool {
+	switch code {
+	case http.StatusTooManyRequests, 529, http.StatusInternalServerError,
+		http.StatusBadGateway, http.StatusServiceUnavailable:
+		return true
+	}
+	return false
+}
+
+// retryDelay honours retry-after-ms / retry-after, else exponential backoff
+// with full jitter.
+func (p retryPolicy) delay(attempt int, h http.Header) time.Duration {
+	if h != nil {
+		if ms, err := strconv.ParseFloat(h.Get("Retry-After-Ms"), 64); err == nil && ms >= 0 {
+			return min(time.Duration(ms*float64(time.Millisecond)), 60*time.Second)
+		}
+		if v := h.Get("Retry-After"); v != "" {
+			if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
+				return min(time.Duration(s*float64(time.Second)), 60*time.Second)
+			}
+			if t, err := http.ParseTime(v); err == nil {
+				return min(max(time.Until(t), 0), 60*time.Second)
+			}
+		}
+	}
+	d := p.base << attempt
+	if d <= 0 || d > p.max {
+		d = p.max
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// errUpstreamTimeout marks a reply whose headers did not come in time.
+var errUpstreamTimeout = errors.New("upstream timed out")
+
+// do sends req, retrying per p while the reply is retryable. The caller
+// guarantees no byte has reached the client yet.
+func (u *upstream) do(ctx context.Context, mk func() (*http.Request, error), p retryPolicy) (*http.Response, error) {
+	for attempt := 0; ; attempt++ {
+		req, err := mk()
+		if err != nil {
+			return nil, err
+		}
+		resp, err := u.client.Do(req)
+		last := attempt >= p.retries
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if isTimeout(err) {
+				err = fmt.Errorf("%w: %w", errUpstreamTimeout, err)
+			}
+			if last {
+				return nil, err
+			}
+			if !sleepCtx(ctx, p.delay(attempt, nil)) {
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		if last || !retryableStatus(resp.StatusCode) {
+			return resp, nil
+		}
+		d := p.delay(attempt, resp.Header)
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		if !sleepCtx(ctx, d) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// idleReader cancels the upstream request when no byte arrives for idle.
+type idleReader struct {
+	r       io.ReadCloser
+	idle    time.Duration
+	timer   *time.Timer
+	expired chan struct{}
+}
+
+func newIdleReader(r io.ReadCloser, idle time.Duration, cancel context.CancelFunc) *idleReader {
+	ir := &idleReader{r: r, idle: idle, expired: make(chan struct{})}
+	var once sync.Once
+	ir.timer = time.AfterFunc(idle, func() {
+		once.Do(func() { close(ir.expired) })
+		cancel()
+	})
+	return ir
+}
+
+func (ir *idleReader) Read(p []byte) (int, error) {
+	n, err := ir.r.Read(p)
+	if n > 0 {
+		ir.timer.Reset(ir.idle)
+	}
+	return n, err
+}
+
+func (ir *idleReader) Close() error {
+	ir.timer.Stop()
+	return ir.r.Close()
+}
+
+// timedOut reports whether the idle timer fired.
+func (ir *idleReader) timedOut() bool {
+	select {
+	case <-ir.expired:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,251 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/ctxproxy/ctxproxy/memoryhook"
+	"github.com/ctxproxy/ctxproxy/tokens"
+)
+
+// The memory loop. When a reply stops for tool_use and its tool calls are all
+// memory, the proxy runs them, appends the assistant turn and a user turn of
+// tool_results, and calls upstream again, up to memory.max_iterations rounds.
+//
+// What the client receives is one message: the blocks of every round except
+// the memory tool_use blocks, so it can send the message back unchanged as its
+// next assistant turn. Its usage is the sum over the rounds; its id, stop
+// reason and context_management are those of the last reply.
+//
+// A reply that mixes memory calls with the client's own tools ends the loop:
+// the memory calls are run and withheld, the client gets its own calls.
+// At the cap the last round's memory calls are still run, the reply is handed
+// over without them and with stop_reason "pause_turn", which tells a client
+// to send the message back as is to let the model go on.
+
+// memCall is one memory tool_use the model made.
+type memCall struct {
+	id    string
+	input []byte
+}
+
+const defaultMaxIterations = 10
+
+func (x *exchange) maxIterations() int {
+	if n := x.pol.Memory.MaxIterations; n > 0 {
+		return n
+	}
+	return defaultMaxIterations
+}
+
+// runMemory executes calls in order and returns the tool_result blocks as a
+// JSON array, ready to be the content of the next user turn.
+func (x *exchange) runMemory(ctx context.Context, calls []memCall) []byte {
+	out := make([]byte, 0, 256)
+	out = append(out, '[')
+	sc := x.scope()
+	for i, c := range calls {
+		var res memoryhook.Result
+		if x.s.cfg.Memory == nil {
+			res = memoryhook.Result{Command: gjson.GetBytes(c.input, "command").String(), IsError: true,
+				Content: "Error: memory store unavailable: this proxy has no memory store"}
+		} else {
+			res = memoryhook.Exec(ctx, x.s.cfg.Memory, sc, c.input)
+		}
+		x.memCmds++
+		if res.Command != "view" {
+			x.wrote = true
+		}
+		if m := x.s.cfg.Metrics; m != nil {
+			m.MemoryCommand(x.tenantLabel(), res.Command, res.IsError)
+		}
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, `{"type":"tool_result","tool_use_id":`...)
+		out = appendJSONString(out, c.id)
+		out = append(out, `,"content":`...)
+		out = appendJSONString(out, res.Content)
+		if res.IsError {
+			out = append(out, `,"is_error":true`...)
+		}
+		out = append(out, '}')
+	}
+	return append(out, ']')
+}
+
+// threaded reports whether the request uses server-held thread state.
+func threaded(body []byte) bool {
+	t := gjson.GetBytes(body, "thread.type").String()
+	return t == "create" || t == "continue"
+}
+
+// nextBody is the request that continues the loop after reply replyID.
+// A full-history request gets the assistant turn and the results appended; a
+// thread is continued from replyID with only the results (spec §9).
+func nextBody(body []byte, replyID string, assistant, results []byte) ([]byte, error) {
+	if threaded(body) {
+		b, err := sjson.SetRawBytes(body, "messages", append(append([]byte(`[{"role":"user","content":`), results...), "}]"...))
+		if err != nil {
+			return nil, err
+		}
+		t := append(append([]byte(`{"type":"continue","previous_message_id":`), appendJSONString(nil, replyID)...), '}')
+		if b, err = sjson.SetRawBytes(b, "thread", t); err != nil {
+			return nil, err
+		}
+		// The thread keeps its tool set; a tools array would replace it.
+		return sjson.DeleteBytes(b, "tools")
+	}
+	turns := make([]byte, 0, len(assistant)+len(results)+64)
+	turns = append(turns, `{"role":"assistant","content":`...)
+	turns = append(turns, assistant...)
+	turns = append(turns, `}`...)
+	b, err := sjson.SetRawBytes(body, "messages.-1", turns)
+	if err != nil {
+		return nil, err
+	}
+	turns = append(turns[:0], `{"role":"user","content":`...)
+	turns = append(turns, results...)
+	turns = append(turns, '}')
+	return sjson.SetRawBytes(b, "messages.-1", turns)
+}
+
+// setUsage writes u into the usage object at path of a message or event.
+func setUsage(b []byte, path string, u tokens.Usage) []byte {
+	set := func(b []byte, field string, v int64) []byte {
+		out, err := sjson.SetBytes(b, path+"."+field, v)
+		if err != nil {
+			return b
+		}
+		return out
+	}
+	b = set(b, "input_tokens", u.InputTokens)
+	b = set(b, "output_tokens", u.OutputTokens)
+	b = set(b, "cache_creation_input_tokens", u.CacheCreationInputTokens)
+	return set(b, "cache_read_input_tokens", u.CacheReadInputTokens)
+}
+
+// splitReply sorts a non-streamed reply's content into what the client may
+// see and the memory calls the proxy runs.
+func splitReply(reply []byte) (client [][]byte, calls []memCall, otherTools int) {
+	gjson.GetBytes(reply, "content").ForEach(func(_, blk gjson.Result) bool {
+		if blk.Get("type").Str == "tool_use" {
+			if blk.Get("name").Str == "memory" {
+				calls = append(calls, memCall{id: blk.Get("id").Str, input: []byte(blk.Get("input").Raw)})
+				return true
+			}
+			otherTools++
+		}
+		client = append(client, []byte(blk.Raw))
+		return true
+	})
+	return client, calls, otherTools
+}
+
+func joinArray(parts [][]byte) []byte {
+	n := 2
+	for _, p := range parts {
+		n += len(p) + 1
+	}
+	out := make([]byte, 0, n)
+	out = append(out, '[')
+	for i, p := range parts {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, p...)
+	}
+	return append(out, ']')
+}
+
+// servePlain serves a non-streamed request, running the memory loop when the
+// tenant's memory mode is proxy.
+func (x *exchange) servePlain() {
+	ctx := x.r.Context()
+	body := x.body
+	var shown [][]byte // client-visible blocks of earlier rounds
+	var sum tokens.Usage
+	for round := 0; ; round++ {
+		resp, t0, err := x.roundTrip(ctx, body)
+		if err != nil {
+			x.upstreamError(err)
+			return
+		}
+		reply, err := io.ReadAll(io.LimitReader(resp.Body, maxReplyBytes))
+		resp.Body.Close()
+		x.upDur += time.Since(t0)
+		if err != nil {
+			x.upstreamError(err)
+			return
+		}
+		if resp.StatusCode != http.StatusOK {
+			// Errors are relayed unchanged, also mid-loop: the client retries the
+			// request, and memory writes already made stay made.
+			x.writeReply(resp, reply)
+			return
+		}
+		u, edits := tokens.ParseMessage(reply)
+		x.record(resp, u, edits)
+		sum.Add(u)
+		if !x.memory || gjson.GetBytes(reply, "stop_reason").Str != "tool_use" {
+			x.finishPlain(resp, reply, round, shown, nil, sum, "")
+			return
+		}
+		client, calls, others := splitReply(reply)
+		if len(calls) == 0 {
+			x.finishPlain(resp, reply, round, shown, nil, sum, "")
+			return
+		}
+		results := x.runMemory(ctx, calls)
+		replyID := gjson.GetBytes(reply, "id").Str
+		if others > 0 || round+1 >= x.maxIterations() {
+			stop := "tool_use"
+			if others == 0 {
+				stop = "pause_turn"
+			}
+			x.keepPending(ctx, replyID, results)
+			x.finishPlain(resp, reply, round, shown, client, sum, stop)
+			return
+		}
+		shown = append(shown, client...)
+		body, err = nextBody(body, replyID, []byte(gjson.GetBytes(reply, "content").Raw), results)
+		if err != nil {
+			x.fail(http.StatusInternalServerError, "api_error", "continue memory loop: "+err.Error())
+			return
+		}
+	}
+}
+
+// finishPlain hands the client the last reply, merged with earlier rounds
+// when there were any. last is the client-visible content of the last reply
+// when it had memory calls withheld (nil: the reply's content as is).
+func (x *exchange) finishPlain(resp *http.Response, reply []byte, round int, shown, last [][]byte, sum tokens.Usage, stop string) {
+	if round == 0 && last == nil {
+		x.writeReply(resp, reply) // the common case: byte for byte
+		return
+	}
+	if last == nil {
+		gjson.GetBytes(reply, "content").ForEach(func(_, blk gjson.Result) bool {
+			last = append(last, []byte(blk.Raw))
+			return true
+		})
+	}
+	out, err := sjson.SetRawBytes(reply, "content", joinArray(append(shown, last...)))
+	if err == nil && stop != "" {
+		out, err = sjson.SetBytes(out, "stop_reason", stop)
+	}
+	if err != nil {
+		x.fail(http.StatusInternalServerError, "api_error", "build reply: "+err.Error())
+		return
+	}
+	x.writeReply(resp, setUsage(out, "usage", sum))
+}
+
+// keepPending is the hook for thread continuations: results the client's
+// next continue must carry (issue 9). Full-history requests need nothing.
+func (x *exchange) keepPending(ctx context.Context, replyID string, results []byte) {}

@@ -1,0 +1,232 @@
+// Package proxy is ctxproxy's HTTP side: routes, upstream forwarding, the SSE
+// relay, the API's error shape and the memory loop.
+package proxy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+	"go.uber.org/zap"
+
+	"github.com/ctxproxy/ctxproxy/memoryhook"
+	"github.com/ctxproxy/ctxproxy/policy"
+	"github.com/ctxproxy/ctxproxy/tokens"
+)
+
+// Config is what a Server needs. Zero durations take the defaults below.
+type Config struct {
+	Upstream           *url.URL
+	Policies           *policy.Store
+	Memory             memoryhook.Store // nil: memory proxy mode answers tool errors
+	Recorder           *tokens.Recorder // nil: no accounting
+	Metrics            *tokens.Metrics  // nil: no /metrics
+	Report             http.Handler     // /admin/report; nil: disabled
+	Log                *zap.Logger
+	MaxBody            int64         // request body limit; default 32 MiB
+	RequireKnownTenant bool          // answer 401 to clients that match no tenant
+	UpstreamTimeout    time.Duration // time to the upstream's response headers; default 10 min
+	StreamIdleTimeout  time.Duration // longest silence between stream bytes; default 5 min
+	Transport          http.RoundTripper
+}
+
+// Server is the proxy. Create it with New; it is an http.Handler.
+type Server struct {
+	cfg    Config
+	log    *zap.Logger
+	up     *upstream
+	router *mux.Router
+}
+
+const (
+	defaultMaxBody           = 32 << 20
+	defaultUpstreamTimeout   = 10 * time.Minute
+	defaultStreamIdleTimeout = 5 * time.Minute
+	maxReplyBytes            = 256 << 20 // bound on a non-streamed upstream reply
+)
+
+// New builds a Server from cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Upstream == nil || cfg.Upstream.Host == "" {
+		return nil, errors.New("proxy: upstream URL is required")
+	}
+	if cfg.Policies == nil {
+		return nil, errors.New("proxy: policies are required")
+	}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = defaultMaxBody
+	}
+	if cfg.UpstreamTimeout <= 0 {
+		cfg.UpstreamTimeout = defaultUpstreamTimeout
+	}
+	if cfg.StreamIdleTimeout <= 0 {
+		cfg.StreamIdleTimeout = defaultStreamIdleTimeout
+	}
+	rt := cfg.Transport
+	if rt == nil {
+		rt = NewTransport(cfg.UpstreamTimeout)
+	}
+	s := &Server{
+		cfg: cfg,
+		log: cfg.Log,
+		up:  &upstream{base: cfg.Upstream, client: &http.Client{Transport: rt, CheckRedirect: noRedirect}},
+	}
+	s.router = s.routes(rt)
+	return s, nil
+}
+
+// NewTransport is the upstream transport: keep-alive pools sized for many
+// concurrent agents, and a bound on the wait for response headers.
+func NewTransport(headerTimeout time.Duration) *http.Transport {
+	return &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{
+			Timeout:   30 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   512,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		ResponseHeaderTimeout: headerTimeout,
+		// The proxy negotiates and decodes content codings itself.
+		DisableCompression: true,
+	}
+}
+
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+func (s *Server) routes(rt http.RoundTripper) *mux.Router {
+	r := mux.NewRouter()
+	r.SkipClean(true) // paths go upstream as they came
+	r.HandleFunc("/healthz", s.healthz).Methods(http.MethodGet, http.MethodHead)
+	r.HandleFunc("/readyz", s.readyz).Methods(http.MethodGet, http.MethodHead)
+	if s.cfg.Metrics != nil {
+		r.Handle("/metrics", s.cfg.Metrics.Handler()).Methods(http.MethodGet)
+	}
+	if s.cfg.Report != nil {
+		r.Handle("/admin/report", s.cfg.Report)
+	} else {
+		r.HandleFunc("/admin/report", func(w http.ResponseWriter, _ *http.Request) {
+			writeError(w, http.StatusNotFound, "not_found_error", "the admin endpoints are disabled; start ctxproxy with --admin-token to enable them")
+		})
+	}
+	r.HandleFunc("/v1/messages", s.messages).Methods(http.MethodPost)
+	r.HandleFunc("/v1/messages/count_tokens", s.countTokens).Methods(http.MethodPost)
+	r.PathPrefix("/v1/").Handler(s.passthrough(rt))
+	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+	})
+	return r
+}
+
+// passthrough relays every other /v1/ call untouched.
+func (s *Server) passthrough(rt http.RoundTripper) http.Handler {
+	base := s.cfg.Upstream
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(base)
+			pr.Out.Host = base.Host
+			// Keep the client's forwarding headers as they were: the proxy is
+			// meant to be invisible.
+			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+		},
+		Transport:     rt,
+		FlushInterval: -1, // flush at once: some /v1/ routes stream
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			status, msg := upstreamFailure(r.Context(), err)
+			if status == 0 {
+				return // the client went away
+			}
+			writeError(w, status, "", msg)
+		},
+	}
+}
+
+// upstreamFailure maps a failed upstream call to the status the client
+// gets; 0 means the client itself cancelled.
+func upstreamFailure(ctx context.Context, err error) (int, string) {
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return 0, ""
+	}
+	if errors.Is(err, errUpstreamTimeout) || isTimeout(err) || errors.Is(err, context.DeadlineExceeded) {
+		return http.StatusGatewayTimeout, "upstream timed out"
+	}
+	return http.StatusBadGateway, "upstream unreachable: " + redactURLError(err)
+}
+
+// redactURLError keeps the cause but not the whole URL error chain noise.
+func redactURLError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Write([]byte(`{"status":"ok"}`))
+}
+
+// readyz is ready when policies are loaded, the upstream is set and the
+// memory store answers.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	var problems []string
+	if s.cfg.Policies.Current() == nil {
+		problems = append(problems, "policies not loaded")
+	}
+	if s.cfg.Memory != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		err := s.cfg.Memory.Ready(ctx)
+		cancel()
+		if err != nil {
+			problems = append(problems, "memory store unavailable: "+err.Error())
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if len(problems) > 0 {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		b := append([]byte(`{"status":"not ready","reason":`), appendJSONString(nil, strings.Join(problems, "; "))...)
+		w.Write(append(b, '}'))
+		return
+	}
+	b := append([]byte(`{"status":"ready","upstream":`), appendJSONString(nil, s.cfg.Upstream.String())...)
+	w.Write(append(b, '}'))
+}
+
+// apiKey is the client's credential: x-api-key, else the Bearer token.
+func apiKey(h http.Header) string {
+	if k := h.Get("X-Api-Key"); k != "" {
+		return k
+	}
+	if a := h.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
+		return strings.TrimSpace(a[7:])
+	}
+	return ""
+}
+
+// keyID is the loggable form of a key: the first 8 hex digits of its sha256.
+func keyID(key string) string {
+	if key == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:4])
+}
