@@ -1,0 +1,400 @@
+package tokens
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+var t0 = time.Date(2026, 3, 1, 10, 0, 0, 123456789, time.UTC)
+
+func sampleCalls() []Call {
+	return []Call{
+		{Time: t0, Tenant: "acme", Model: "claude-sonnet-4-5-20250929", RequestID: "req_1", MessageID: "msg_1", Status: 200,
+			Usage: Usage{InputTokens: 1000, OutputTokens: 200, CacheCreationInputTokens: 30, CacheReadInputTokens: 4000},
+			Edits: []AppliedEdit{{Type: EditClearThinking, ClearedThinkingTurns: 2, ClearedInputTokens: 1800}, {Type: EditClearToolUses, ClearedToolUses: 8, ClearedInputTokens: 50000}},
+			Cost:  3_000_000 + 3_000_000 + 112_500 + 1_200_000, Savings: 155_400_000},
+		{Time: t0.Add(time.Hour), Tenant: "acme", Model: "claude-opus-4-8", RequestID: "req_2", Stream: true, Status: 200,
+			Usage: Usage{InputTokens: 10, OutputTokens: 20, CacheCreationInputTokens: 300, CacheCreation1hInputTokens: 100},
+			Edits: []AppliedEdit{{Type: "compact_20260112", ClearedInputTokens: 9, Raw: `{"type":"compact_20260112","cleared_input_tokens":9,"note":"x"}`}}},
+		{Time: t0.Add(25 * time.Hour), Tenant: "beta", Model: "gpt-4o", RequestID: "req_3", Status: 529, PriceUnknown: true},
+	}
+}
+
+func TestMarshalCallLine(t *testing.T) {
+	c := sampleCalls()[0]
+	b, err := MarshalCall(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"v":1,"time":"2026-03-01T10:00:00.123456789Z","tenant":"acme","model":"claude-sonnet-4-5-20250929","request_id":"req_1","message_id":"msg_1","stream":false,"status":200,` +
+		`"usage":{"input_tokens":1000,"output_tokens":200,"cache_creation_input_tokens":30,"cache_read_input_tokens":4000},` +
+		`"applied_edits":[{"type":"clear_thinking_20251015","cleared_thinking_turns":2,"cleared_input_tokens":1800},{"type":"clear_tool_uses_20250919","cleared_tool_uses":8,"cleared_input_tokens":50000}],` +
+		`"cleared_input_tokens":51800,"cost_usd":0.0073125,"savings_usd":0.1554,"price_unknown":false}`
+	if string(b) != want {
+		t.Errorf("line =\n%s\nwant\n%s", b, want)
+	}
+	back, err := UnmarshalCall(b)
+	if err != nil || !reflect.DeepEqual(back, c) {
+		t.Errorf("round trip = %+v (%v)", back, err)
+	}
+	if _, err := UnmarshalCall([]byte(`{"v":2,"time":"2026-01-01T00:00:00Z"}`)); err == nil {
+		t.Error("a newer record version was accepted")
+	}
+}
+
+func ledgerSuite(t *testing.T, open func(t *testing.T) Ledger, reopen func(t *testing.T) Ledger) {
+	ctx := context.Background()
+	t.Run("appended calls come back in order, exactly", func(t *testing.T) {
+		l := open(t)
+		defer l.Close()
+		in := sampleCalls()
+		for _, c := range in {
+			if err := l.Append(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := l.Query(ctx, Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertCalls(t, got, in)
+	})
+	t.Run("filter by tenant and time range (since inclusive, until exclusive)", func(t *testing.T) {
+		l := open(t)
+		defer l.Close()
+		in := sampleCalls()
+		for _, c := range in {
+			if err := l.Append(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := l.Query(ctx, Filter{Tenant: "acme", Since: t0.Add(time.Hour), Until: t0.Add(26 * time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertCalls(t, got, in[1:2])
+		got, err = l.Query(ctx, Filter{Until: t0.Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertCalls(t, got, in[:1])
+		got, err = l.Query(ctx, Filter{Tenant: "nobody"})
+		if err != nil || len(got) != 0 {
+			t.Fatalf("nobody: %v %v", got, err)
+		}
+	})
+	t.Run("records survive closing and reopening", func(t *testing.T) {
+		l := open(t)
+		in := sampleCalls()
+		for _, c := range in[:2] {
+			if err := l.Append(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		l = reopen(t)
+		defer l.Close()
+		if err := l.Append(ctx, in[2]); err != nil {
+			t.Fatal(err)
+		}
+		got, err := l.Query(ctx, Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertCalls(t, got, in)
+	})
+	t.Run("concurrent appends all land", func(t *testing.T) {
+		l := open(t)
+		defer l.Close()
+		var wg sync.WaitGroup
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := 0; j < 25; j++ {
+					if err := l.Append(ctx, Call{Time: t0, Tenant: "c", Model: "m", Usage: Usage{InputTokens: 1}}); err != nil {
+						t.Error(err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		got, err := l.Query(ctx, Filter{Tenant: "c"})
+		if err != nil || len(got) != 200 {
+			t.Fatalf("got %d calls, err %v", len(got), err)
+		}
+	})
+}
+
+func assertCalls(t *testing.T, got, want []Call) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("got %d calls, want %d: %+v", len(got), len(want), got)
+	}
+	for i := range want {
+		w := want[i]
+		g := got[i]
+		if !g.Time.Equal(w.Time) {
+			t.Errorf("call %d time %v, want %v", i, g.Time, w.Time)
+		}
+		g.Time, w.Time = time.Time{}, time.Time{}
+		if !reflect.DeepEqual(g, w) {
+			t.Errorf("call %d =\n %+v\nwant\n %+v", i, g, w)
+		}
+	}
+}
+
+func TestFileLedger(t *testing.T) {
+	var path string
+	ledgerSuite(t,
+		func(t *testing.T) Ledger {
+			path = filepath.Join(t.TempDir(), "sub", "ledger.jsonl")
+			l, err := OpenLedger(context.Background(), "file:"+path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		},
+		func(t *testing.T) Ledger {
+			l, err := OpenLedger(context.Background(), "file:"+path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		})
+}
+
+func TestFileLedgerRecoversFromPartialLines(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.jsonl")
+	in := sampleCalls()
+	l, err := OpenFileLedger(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append(ctx, in[0]); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	// A crash (or a full disk) left half a record at the end.
+	f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`{"v":1,"time":"2026-03-01T1`)
+	f.Close()
+
+	l, err = OpenFileLedger(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got, err := l.Query(ctx, Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertCalls(t, got, in[:1]) // the partial tail is not read as a record
+	if err := l.Append(ctx, in[1]); err != nil {
+		t.Fatal(err)
+	}
+	got, err = l.Query(ctx, Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertCalls(t, got, in[:2]) // the next record started on its own line
+	if l.Skipped() != 1 {
+		t.Errorf("skipped = %d, want the 1 broken line", l.Skipped())
+	}
+}
+
+func TestOpenLedgerSpecs(t *testing.T) {
+	for _, spec := range []string{"", "file:", "mysql://x", "./data/ledger.jsonl"} {
+		if l, err := OpenLedger(context.Background(), spec); err == nil {
+			l.Close()
+			t.Errorf("spec %q accepted", spec)
+		}
+	}
+	dir := t.TempDir()
+	l, err := OpenLedger(context.Background(), "file://"+dir+"/x.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if _, err := os.Stat(filepath.Join(dir, "x.jsonl")); err != nil {
+		t.Error("file:// spec did not create the file")
+	}
+}
+
+func TestRecorderWritesLedgerAndMetrics(t *testing.T) {
+	ctx := context.Background()
+	p := shippedPrices(t)
+	m := NewMetrics([]string{"acme"}, p)
+	l, err := OpenFileLedger(filepath.Join(t.TempDir(), "l.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	r := NewRecorder(p, m, l, zap.NewNop())
+	got := r.Record(ctx, Call{Tenant: "acme", Model: "claude-opus-4-8", Status: 200, Usage: Usage{InputTokens: 1_000_000},
+		Edits: []AppliedEdit{{Type: EditClearToolUses, ClearedToolUses: 1, ClearedInputTokens: 200_000}}})
+	if got.Cost.String() != "5.00" || got.Savings.String() != "1.00" || got.Time.IsZero() {
+		t.Errorf("priced call: %+v", got)
+	}
+	r.Record(ctx, Call{Tenant: "acme", Model: "unknown-model", Status: 200, Usage: Usage{InputTokens: 1}})
+	if err := r.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	calls, err := l.Query(ctx, Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 2 || calls[0].Cost != got.Cost || !calls[1].PriceUnknown {
+		t.Fatalf("ledger = %+v", calls)
+	}
+	if v := testutil.ToFloat64(m.cost.WithLabelValues("acme", "claude-opus-4-8")); v != 5 {
+		t.Errorf("cost metric %v", v)
+	}
+	// After Close, records are dropped (counted), not panicking on a closed queue.
+	r.Record(ctx, Call{Tenant: "acme"})
+	if r.Dropped() != 1 || testutil.ToFloat64(m.ledgerDropped) != 1 {
+		t.Errorf("dropped = %d", r.Dropped())
+	}
+}
+
+func TestRecorderFullDiskIsReportedNotFatal(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full")
+	}
+	ctx := context.Background()
+	l, err := OpenLedger(ctx, "file:/dev/full")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Append(ctx, sampleCalls()[0]); err == nil || !strings.Contains(err.Error(), "no space left on device") {
+		t.Fatalf("append to /dev/full: %v", err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	m := NewMetrics(nil, nil)
+	r := NewRecorder(shippedPrices(t), m, l, zap.New(core))
+	for i := 0; i < 3; i++ {
+		c := r.Record(ctx, Call{Tenant: "acme", Model: "claude-opus-4-8", Usage: Usage{InputTokens: 10}})
+		if c.Cost != 50_000 {
+			t.Fatalf("call not priced while the disk is full: %+v", c)
+		}
+	}
+	if err := r.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r.Failed() != 3 || testutil.ToFloat64(m.ledgerErrors) != 3 {
+		t.Errorf("failed = %d, metric %v", r.Failed(), testutil.ToFloat64(m.ledgerErrors))
+	}
+	if n := logs.FilterMessage("ledger write failed").Len(); n != 3 {
+		t.Errorf("logged %d write failures", n)
+	}
+	if got, err := l.Query(ctx, Filter{}); err != nil || len(got) != 0 {
+		t.Errorf("query of /dev/full: %v %v", got, err)
+	}
+}
+
+// blockingLedger blocks every Append until released, to fill the queue.
+type blockingLedger struct {
+	release chan struct{}
+	mu      sync.Mutex
+	n       int
+}
+
+func (b *blockingLedger) Append(ctx context.Context, c Call) error {
+	<-b.release
+	b.mu.Lock()
+	b.n++
+	b.mu.Unlock()
+	return nil
+}
+func (b *blockingLedger) Query(context.Context, Filter) ([]Call, error) { return nil, nil }
+func (b *blockingLedger) Close() error                                  { return nil }
+
+func TestRecorderDropsWhenQueueFull(t *testing.T) {
+	ctx := context.Background()
+	bl := &blockingLedger{release: make(chan struct{})}
+	core, logs := observer.New(zap.WarnLevel)
+	m := NewMetrics(nil, nil)
+	r := NewRecorder(nil, m, bl, zap.New(core), WithQueueSize(2))
+	// One record may sit in the writer, two in the queue; the rest are dropped at once.
+	for i := 0; i < 10; i++ {
+		r.Record(ctx, Call{Tenant: "t"})
+	}
+	close(bl.release)
+	if err := r.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	written := bl.n
+	if written+int(r.Dropped()) != 10 || r.Dropped() < 7 {
+		t.Errorf("written %d dropped %d", written, r.Dropped())
+	}
+	if testutil.ToFloat64(m.ledgerDropped) != float64(r.Dropped()) {
+		t.Error("drop metric disagrees")
+	}
+	if logs.FilterMessage("ledger record dropped").Len() != 1 {
+		t.Errorf("drop logs: %d (want the first only)", logs.Len())
+	}
+}
+
+func TestRecorderCloseGivesUpWithContext(t *testing.T) {
+	bl := &blockingLedger{release: make(chan struct{})}
+	r := NewRecorder(nil, nil, bl, nil)
+	r.Record(context.Background(), Call{})
+	r.Record(context.Background(), Call{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.Close(ctx); err == nil {
+		t.Error("Close returned nil while records were pending")
+	}
+	close(bl.release)
+}
+
+type discardLedger struct{}
+
+func (discardLedger) Append(context.Context, Call) error            { return nil }
+func (discardLedger) Query(context.Context, Filter) ([]Call, error) { return nil, nil }
+func (discardLedger) Close() error                                  { return nil }
+
+func BenchmarkRecord(b *testing.B) {
+	p := shippedPrices(b)
+	m := NewMetrics([]string{"acme"}, p)
+	r := NewRecorder(p, m, discardLedger{}, zap.NewNop(), WithQueueSize(1<<16))
+	defer r.Close(context.Background())
+	c := Call{Time: t0, Tenant: "acme", Model: "claude-sonnet-4-5-20250929", RequestID: "req_1", Status: 200,
+		Usage: Usage{InputTokens: 1000, OutputTokens: 100, CacheReadInputTokens: 5000},
+		Edits: []AppliedEdit{{Type: EditClearToolUses, ClearedToolUses: 3, ClearedInputTokens: 9000}}}
+	b.ReportAllocs()
+	ctx := context.Background()
+	for b.Loop() {
+		r.Record(ctx, c)
+	}
+}
+
+func BenchmarkFileLedgerAppend(b *testing.B) {
+	l, err := OpenFileLedger(filepath.Join(b.TempDir(), "l.jsonl"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	c := sampleCalls()[0]
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := l.Append(ctx, c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

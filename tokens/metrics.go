@@ -1,0 +1,328 @@
+package tokens
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// OtherLabel stands for every tenant, model, edit type or command not known from config.
+const OtherLabel = "other"
+
+// Metrics holds ctxproxy's Prometheus metrics in its own registry. Label values are bounded:
+// tenants come from SetTenants, models from the prices file (a prefix entry is one label),
+// anything else is "other". Safe for concurrent use.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	requests        *prometheus.CounterVec   // tenant, model, status
+	upstreamCalls   *prometheus.CounterVec   // tenant, model, status
+	upstream        *prometheus.HistogramVec // tenant, model
+	overhead        *prometheus.HistogramVec // tenant
+	tokensTotal     *prometheus.CounterVec   // tenant, model, kind
+	clearedInput    *prometheus.CounterVec   // tenant, edit
+	clearedToolUses *prometheus.CounterVec   // tenant, edit
+	clearedThinking *prometheus.CounterVec   // tenant, edit
+	memory          *prometheus.CounterVec   // tenant, command, result
+	cost            *prometheus.CounterVec   // tenant, model
+	savings         *prometheus.CounterVec   // tenant, model
+	priceUnknown    *prometheus.CounterVec   // tenant
+	ledgerErrors    prometheus.Counter
+	ledgerDropped   prometheus.Counter
+
+	tenants atomic.Pointer[map[string]struct{}]
+	prices  atomic.Pointer[Prices]
+
+	mu       sync.RWMutex
+	children map[[2]string]*pairChildren   // (tenant, model) labels
+	tenantCh map[string]*tenantChildren    // tenant label
+	reqCh    map[reqKey]prometheus.Counter // requests_total children
+	callCh   map[reqKey]prometheus.Counter // upstream_calls_total children
+}
+
+type reqKey struct {
+	tenant, model string
+	status        int
+}
+
+// pairChildren caches the label-bound series of one (tenant, model) pair: no map lookups with
+// label hashing on the hot path.
+type pairChildren struct {
+	upstream                                prometheus.Observer
+	input, output, cacheCreation, cacheRead prometheus.Counter
+	cost, savings                           prometheus.Counter
+}
+
+type tenantChildren struct {
+	overhead     prometheus.Observer
+	priceUnknown prometheus.Counter
+	// per edit type: clear_tool_uses, clear_thinking, other
+	clearedInput, clearedToolUses, clearedThinking [3]prometheus.Counter
+	// per memory command × result
+	memory [len(memoryCommands) + 1][2]prometheus.Counter
+}
+
+var memoryCommands = [...]string{"view", "create", "str_replace", "insert", "delete", "rename"}
+
+var editLabels = [3]string{EditClearToolUses, EditClearThinking, OtherLabel}
+
+func editIndex(t string) int {
+	switch t {
+	case EditClearToolUses:
+		return 0
+	case EditClearThinking:
+		return 1
+	}
+	return 2
+}
+
+// NewMetrics builds the metrics with their own registry. tenants are the known tenant names;
+// prices gives the model labels (nil: every model is "other"). Both can be replaced later.
+func NewMetrics(tenants []string, prices *Prices) *Metrics {
+	m := &Metrics{
+		reg:      prometheus.NewRegistry(),
+		children: map[[2]string]*pairChildren{},
+		tenantCh: map[string]*tenantChildren{},
+		reqCh:    map[reqKey]prometheus.Counter{},
+		callCh:   map[reqKey]prometheus.Counter{},
+	}
+	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_requests_total", Help: "Client requests by tenant, model and HTTP status.",
+	}, []string{"tenant", "model", "status"})
+	m.upstreamCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_upstream_calls_total", Help: "Upstream Messages calls (each call of the memory loop counts) by tenant, model and status.",
+	}, []string{"tenant", "model", "status"})
+	m.upstream = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "ctxproxy_upstream_duration_seconds", Help: "Time spent waiting for the upstream per client request.",
+		Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320},
+	}, []string{"tenant", "model"})
+	m.overhead = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "ctxproxy_overhead_seconds", Help: "Time ctxproxy adds to a request (total minus upstream).",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+	}, []string{"tenant"})
+	m.tokensTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_tokens_total", Help: "Tokens by tenant, model and kind (input, output, cache_creation, cache_read).",
+	}, []string{"tenant", "model", "kind"})
+	m.clearedInput = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_cleared_input_tokens_total", Help: "Input tokens removed by context editing, by tenant and edit type.",
+	}, []string{"tenant", "edit"})
+	m.clearedToolUses = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_cleared_tool_uses_total", Help: "Tool uses cleared by context editing, by tenant and edit type.",
+	}, []string{"tenant", "edit"})
+	m.clearedThinking = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_cleared_thinking_turns_total", Help: "Thinking turns cleared by context editing, by tenant and edit type.",
+	}, []string{"tenant", "edit"})
+	m.memory = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_memory_commands_total", Help: "Memory tool commands run by the proxy, by tenant, command and result (ok, error).",
+	}, []string{"tenant", "command", "result"})
+	m.cost = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_cost_usd_total", Help: "Estimated cost at list prices in USD, by tenant and model.",
+	}, []string{"tenant", "model"})
+	m.savings = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_savings_usd_total", Help: "Estimated savings of context editing in USD (cleared input tokens × input price).",
+	}, []string{"tenant", "model"})
+	m.priceUnknown = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_price_unknown_total", Help: "Upstream calls whose model has no price in prices.yaml.",
+	}, []string{"tenant"})
+	m.ledgerErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ctxproxy_ledger_errors_total", Help: "Ledger records that could not be written.",
+	})
+	m.ledgerDropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ctxproxy_ledger_dropped_total", Help: "Ledger records dropped because the write queue was full.",
+	})
+	for _, c := range []prometheus.Collector{m.requests, m.upstreamCalls, m.upstream, m.overhead, m.tokensTotal,
+		m.clearedInput, m.clearedToolUses, m.clearedThinking, m.memory, m.cost, m.savings, m.priceUnknown,
+		m.ledgerErrors, m.ledgerDropped,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		f(c)
+	}
+	m.SetTenants(tenants)
+	m.SetPrices(prices)
+	return m
+}
+
+// Registry is the metrics' own registry (for tests and extra collectors).
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// SetTenants replaces the known tenant names (on policy reload). Series already created stay.
+func (m *Metrics) SetTenants(tenants []string) {
+	set := make(map[string]struct{}, len(tenants))
+	for _, t := range tenants {
+		set[t] = struct{}{}
+	}
+	m.tenants.Store(&set)
+}
+
+// SetPrices replaces the prices whose entries are the model labels.
+func (m *Metrics) SetPrices(p *Prices) { m.prices.Store(p) }
+
+// TenantLabel is t when it is a known tenant, else "other".
+func (m *Metrics) TenantLabel(t string) string {
+	if _, ok := (*m.tenants.Load())[t]; ok {
+		return t
+	}
+	return OtherLabel
+}
+
+// ModelLabel is the model's price entry label (exact name or prefix), else "other".
+func (m *Metrics) ModelLabel(model string) string {
+	return m.prices.Load().Label(model)
+}
+
+func (m *Metrics) pair(tenant, model string) *pairChildren {
+	k := [2]string{m.TenantLabel(tenant), m.ModelLabel(model)}
+	m.mu.RLock()
+	c := m.children[k]
+	m.mu.RUnlock()
+	if c != nil {
+		return c
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c = m.children[k]; c != nil {
+		return c
+	}
+	t, mo := k[0], k[1]
+	c = &pairChildren{
+		upstream:      m.upstream.WithLabelValues(t, mo),
+		input:         m.tokensTotal.WithLabelValues(t, mo, "input"),
+		output:        m.tokensTotal.WithLabelValues(t, mo, "output"),
+		cacheCreation: m.tokensTotal.WithLabelValues(t, mo, "cache_creation"),
+		cacheRead:     m.tokensTotal.WithLabelValues(t, mo, "cache_read"),
+		cost:          m.cost.WithLabelValues(t, mo),
+		savings:       m.savings.WithLabelValues(t, mo),
+	}
+	m.children[k] = c
+	return c
+}
+
+func (m *Metrics) tenant(tenant string) *tenantChildren {
+	t := m.TenantLabel(tenant)
+	m.mu.RLock()
+	c := m.tenantCh[t]
+	m.mu.RUnlock()
+	if c != nil {
+		return c
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c = m.tenantCh[t]; c != nil {
+		return c
+	}
+	c = &tenantChildren{
+		overhead:     m.overhead.WithLabelValues(t),
+		priceUnknown: m.priceUnknown.WithLabelValues(t),
+	}
+	for i, e := range editLabels {
+		c.clearedInput[i] = m.clearedInput.WithLabelValues(t, e)
+		c.clearedToolUses[i] = m.clearedToolUses.WithLabelValues(t, e)
+		c.clearedThinking[i] = m.clearedThinking.WithLabelValues(t, e)
+	}
+	for i := range c.memory {
+		cmd := OtherLabel
+		if i < len(memoryCommands) {
+			cmd = memoryCommands[i]
+		}
+		c.memory[i][0] = m.memory.WithLabelValues(t, cmd, "ok")
+		c.memory[i][1] = m.memory.WithLabelValues(t, cmd, "error")
+	}
+	m.tenantCh[t] = c
+	return c
+}
+
+func (m *Metrics) statusCounter(cache map[reqKey]prometheus.Counter, vec *prometheus.CounterVec, tenant, model string, status int) prometheus.Counter {
+	if status < 100 || status > 599 {
+		status = 0 // no HTTP status (e.g. connection failed)
+	}
+	k := reqKey{m.TenantLabel(tenant), m.ModelLabel(model), status}
+	m.mu.RLock()
+	c := cache[k]
+	m.mu.RUnlock()
+	if c != nil {
+		return c
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c = cache[k]; c != nil {
+		return c
+	}
+	c = vec.WithLabelValues(k.tenant, k.model, strconv.Itoa(status))
+	cache[k] = c
+	return c
+}
+
+// ObserveRequest counts one client request and its upstream time (all upstream calls) and the
+// proxy's own overhead.
+func (m *Metrics) ObserveRequest(tenant, model string, status int, upstream, overhead time.Duration) {
+	m.statusCounter(m.reqCh, m.requests, tenant, model, status).Inc()
+	m.pair(tenant, model).upstream.Observe(upstream.Seconds())
+	m.tenant(tenant).overhead.Observe(overhead.Seconds())
+}
+
+// MemoryCommand counts one memory tool command run by the proxy.
+func (m *Metrics) MemoryCommand(tenant, command string, isError bool) {
+	i := len(memoryCommands)
+	for j, c := range memoryCommands {
+		if c == command {
+			i = j
+			break
+		}
+	}
+	r := 0
+	if isError {
+		r = 1
+	}
+	m.tenant(tenant).memory[i][r].Inc()
+}
+
+// ObserveCall counts the tokens, cleared tokens, cost and savings of one priced upstream call.
+func (m *Metrics) ObserveCall(c *Call) {
+	m.statusCounter(m.callCh, m.upstreamCalls, c.Tenant, c.Model, c.Status).Inc()
+	p := m.pair(c.Tenant, c.Model)
+	addInt(p.input, c.Usage.InputTokens)
+	addInt(p.output, c.Usage.OutputTokens)
+	addInt(p.cacheCreation, c.Usage.CacheCreationInputTokens)
+	addInt(p.cacheRead, c.Usage.CacheReadInputTokens)
+	if c.Cost > 0 {
+		p.cost.Add(c.Cost.USD())
+	}
+	if c.Savings > 0 {
+		p.savings.Add(c.Savings.USD())
+	}
+	if c.PriceUnknown || len(c.Edits) > 0 {
+		t := m.tenant(c.Tenant)
+		if c.PriceUnknown {
+			t.priceUnknown.Inc()
+		}
+		for _, e := range c.Edits {
+			i := editIndex(e.Type)
+			addInt(t.clearedInput[i], e.ClearedInputTokens)
+			addInt(t.clearedToolUses[i], e.ClearedToolUses)
+			addInt(t.clearedThinking[i], e.ClearedThinkingTurns)
+		}
+	}
+}
+
+// LedgerError counts a ledger record that could not be written.
+func (m *Metrics) LedgerError() { m.ledgerErrors.Inc() }
+
+// LedgerDropped counts a ledger record dropped because the queue was full.
+func (m *Metrics) LedgerDropped() { m.ledgerDropped.Inc() }
+
+func addInt(c prometheus.Counter, n int64) {
+	if n > 0 {
+		c.Add(float64(n))
+	}
+}

@@ -1,0 +1,136 @@
+package tokens
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Money is an amount in nano-USD (1e-9 USD). Prices are kept to $0.001 per million tokens,
+// which is exactly 1 nano-USD per token, so every cost is an exact integer: no float drift
+// when thousands of calls are summed.
+type Money int64
+
+// NanosPerUSD is the number of Money units in one US dollar.
+const NanosPerUSD = 1_000_000_000
+
+// USD is m as a float, for Prometheus counters and display only.
+func (m Money) USD() float64 { return float64(m) / NanosPerUSD }
+
+// String renders m exactly in dollars with at least two decimals: "0.000075", "12.50", "-1.00".
+func (m Money) String() string {
+	var b []byte
+	return string(m.appendDecimal(b, -1))
+}
+
+// Fixed renders m in dollars rounded half away from zero to decimals (0..9) digits.
+func (m Money) Fixed(decimals int) string {
+	if decimals < 0 || decimals > 9 {
+		decimals = 9
+	}
+	return string(m.appendDecimal(nil, decimals))
+}
+
+func (m Money) appendDecimal(b []byte, decimals int) []byte {
+	v := int64(m)
+	neg := v < 0
+	u := uint64(v)
+	if neg {
+		u = uint64(-v)
+	}
+	if decimals >= 0 {
+		unit := uint64(1)
+		for i := decimals; i < 9; i++ {
+			unit *= 10
+		}
+		u = (u + unit/2) / unit * unit
+	}
+	whole, frac := u/NanosPerUSD, u%NanosPerUSD
+	if neg && u != 0 {
+		b = append(b, '-')
+	}
+	b = strconv.AppendUint(b, whole, 10)
+	digits := fmt.Sprintf("%09d", frac)
+	if decimals >= 0 {
+		digits = digits[:decimals]
+	} else {
+		digits = strings.TrimRight(digits, "0")
+		for len(digits) < 2 {
+			digits += "0"
+		}
+	}
+	if digits != "" {
+		b = append(b, '.')
+		b = append(b, digits...)
+	}
+	return b
+}
+
+// MarshalJSON writes m as an exact JSON number of dollars.
+func (m Money) MarshalJSON() ([]byte, error) { return m.appendDecimal(nil, -1), nil }
+
+// UnmarshalJSON reads a JSON number (or string) of dollars exactly.
+func (m *Money) UnmarshalJSON(b []byte) error {
+	s := strings.Trim(string(b), `"`)
+	if s == "null" {
+		*m = 0
+		return nil
+	}
+	v, err := ParseMoney(s)
+	if err != nil {
+		return err
+	}
+	*m = v
+	return nil
+}
+
+var errMoneySyntax = errors.New("not a decimal number")
+
+// ParseMoney parses a decimal amount of dollars with at most 9 fractional digits
+// ("12.5", "0.000075", "-3"). Exponents are refused: amounts are written out.
+func ParseMoney(s string) (Money, error) {
+	n, err := parseDecimal(s, 9)
+	if err != nil {
+		return 0, fmt.Errorf("parse amount %q: %w", s, err)
+	}
+	return Money(n), nil
+}
+
+// parseDecimal parses s as a decimal scaled by 10^scale, refusing more fractional digits.
+func parseDecimal(s string, scale int) (int64, error) {
+	neg := false
+	switch {
+	case strings.HasPrefix(s, "-"):
+		neg, s = true, s[1:]
+	case strings.HasPrefix(s, "+"):
+		s = s[1:]
+	}
+	whole, frac, hasDot := strings.Cut(s, ".")
+	if whole == "" && frac == "" || hasDot && frac == "" && whole == "" {
+		return 0, errMoneySyntax
+	}
+	if len(frac) > scale {
+		return 0, fmt.Errorf("more than %d decimal places", scale)
+	}
+	for _, part := range []string{whole, frac} {
+		for i := 0; i < len(part); i++ {
+			if part[i] < '0' || part[i] > '9' {
+				return 0, errMoneySyntax
+			}
+		}
+	}
+	digits := whole + frac + strings.Repeat("0", scale-len(frac))
+	digits = strings.TrimLeft(digits, "0")
+	if digits == "" {
+		return 0, nil
+	}
+	v, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("out of range")
+	}
+	if neg {
+		v = -v
+	}
+	return v, nil
+}

@@ -1,0 +1,289 @@
+package tokens
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Price is one model's list price, in Money per token (= USD per million tokens × 1000).
+type Price struct {
+	Input, Output, CacheWrite, CacheWrite1h, CacheRead Money
+}
+
+// PriceEntry is one entry of prices.yaml: a model matched exactly (Model) or by prefix (Prefix).
+type PriceEntry struct {
+	Model, Prefix string
+	Price         Price
+	Line          int // line in the file, for messages
+}
+
+// Label is the bounded name this entry stands for in metrics: the model or the prefix.
+func (e *PriceEntry) Label() string {
+	if e.Model != "" {
+		return e.Model
+	}
+	return e.Prefix
+}
+
+// Prices maps model names to list prices. Immutable once loaded; safe for concurrent use.
+type Prices struct {
+	exact    map[string]*PriceEntry
+	prefixes []*PriceEntry // longest first
+	entries  []*PriceEntry // file order
+}
+
+// LoadPrices reads a prices.yaml file.
+func LoadPrices(path string) (*Prices, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load prices: %w", err)
+	}
+	p, err := ParsePrices(b)
+	if err != nil {
+		return nil, fmt.Errorf("load prices %s: %w", path, err)
+	}
+	return p, nil
+}
+
+// ParsePrices parses prices.yaml content:
+//
+//	models:
+//	  - prefix: claude-sonnet-4-5   # or model: <exact name>
+//	    input: 3                    # USD per million tokens, at most 3 decimals
+//	    output: 15
+//	    cache_write: 3.75           # 5-minute cache write
+//	    cache_write_1h: 6           # optional; default 2 × input
+//	    cache_read: 0.30
+//
+// Unknown keys, duplicate names and missing prices are errors naming the line.
+func ParsePrices(b []byte) (*Prices, error) {
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("empty file")
+		}
+		return nil, fmt.Errorf("parse: %w", err)
+	}
+	if len(doc.Content) == 0 {
+		return nil, errors.New("empty file")
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return nil, lineErr(root, "top level must be a mapping with key models")
+	}
+	p := &Prices{exact: map[string]*PriceEntry{}}
+	prefixSeen := map[string]*PriceEntry{}
+	var modelsNode *yaml.Node
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		switch k.Value {
+		case "models":
+			if modelsNode != nil {
+				return nil, lineErr(k, "duplicate key models")
+			}
+			modelsNode = v
+		default:
+			return nil, lineErr(k, "unknown key %q (want models)", k.Value)
+		}
+	}
+	if modelsNode == nil || modelsNode.Kind != yaml.SequenceNode {
+		return nil, lineErr(root, "models must be a list")
+	}
+	for _, n := range modelsNode.Content {
+		e, err := parseEntry(n)
+		if err != nil {
+			return nil, err
+		}
+		if e.Model != "" {
+			if old := p.exact[e.Model]; old != nil {
+				return nil, lineErr(n, "model %q already priced on line %d", e.Model, old.Line)
+			}
+			p.exact[e.Model] = e
+		} else {
+			if old := prefixSeen[e.Prefix]; old != nil {
+				return nil, lineErr(n, "prefix %q already priced on line %d", e.Prefix, old.Line)
+			}
+			prefixSeen[e.Prefix] = e
+			p.prefixes = append(p.prefixes, e)
+		}
+		p.entries = append(p.entries, e)
+	}
+	sort.SliceStable(p.prefixes, func(i, j int) bool { return len(p.prefixes[i].Prefix) > len(p.prefixes[j].Prefix) })
+	return p, nil
+}
+
+func parseEntry(n *yaml.Node) (*PriceEntry, error) {
+	if n.Kind != yaml.MappingNode {
+		return nil, lineErr(n, "each models entry must be a mapping")
+	}
+	e := &PriceEntry{Line: n.Line}
+	seen := map[string]bool{}
+	var has1h bool
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if seen[k.Value] {
+			return nil, lineErr(k, "duplicate key %q", k.Value)
+		}
+		seen[k.Value] = true
+		var dst *Money
+		switch k.Value {
+		case "model", "prefix":
+			if v.Kind != yaml.ScalarNode || v.Tag != "!!str" || strings.TrimSpace(v.Value) == "" || v.Value != strings.TrimSpace(v.Value) {
+				return nil, lineErr(v, "%s must be a non-empty model name", k.Value)
+			}
+			if k.Value == "model" {
+				e.Model = v.Value
+			} else {
+				e.Prefix = v.Value
+			}
+			continue
+		case "input":
+			dst = &e.Price.Input
+		case "output":
+			dst = &e.Price.Output
+		case "cache_write":
+			dst = &e.Price.CacheWrite
+		case "cache_write_1h":
+			dst, has1h = &e.Price.CacheWrite1h, true
+		case "cache_read":
+			dst = &e.Price.CacheRead
+		default:
+			return nil, lineErr(k, "unknown key %q (want model or prefix, input, output, cache_write, cache_write_1h, cache_read)", k.Value)
+		}
+		if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!float") {
+			return nil, lineErr(v, "%s must be a number of USD per million tokens", k.Value)
+		}
+		// USD per million tokens with 3 decimals = nano-USD per token.
+		n, err := parseDecimal(v.Value, 3)
+		if err != nil || n < 0 {
+			if err == nil {
+				err = errors.New("negative")
+			}
+			return nil, lineErr(v, "%s %q: %v (USD per million tokens, at most 3 decimals)", k.Value, v.Value, err)
+		}
+		*dst = Money(n)
+	}
+	switch {
+	case e.Model != "" && e.Prefix != "":
+		return nil, lineErr(n, "entry has both model and prefix; use one")
+	case e.Model == "" && e.Prefix == "":
+		return nil, lineErr(n, "entry needs model or prefix")
+	}
+	for _, k := range []string{"input", "output", "cache_write", "cache_read"} {
+		if !seen[k] {
+			return nil, lineErr(n, "%s: missing %s", e.Label(), k)
+		}
+	}
+	if !has1h {
+		e.Price.CacheWrite1h = 2 * e.Price.Input
+	}
+	return e, nil
+}
+
+func lineErr(n *yaml.Node, format string, args ...any) error {
+	return fmt.Errorf("line %d: %s", n.Line, fmt.Sprintf(format, args...))
+}
+
+// Lookup finds the entry pricing model: an exact entry, else the longest prefix entry whose
+// prefix is the model or is followed in it by '-' or '@' (claude-sonnet-4-5 matches
+// claude-sonnet-4-5-20250929 and claude-sonnet-4-5@20250929, not claude-sonnet-4-50).
+func (p *Prices) Lookup(model string) (*PriceEntry, bool) {
+	if p == nil || model == "" {
+		return nil, false
+	}
+	if e, ok := p.exact[model]; ok {
+		return e, true
+	}
+	for _, e := range p.prefixes {
+		if prefixMatch(model, e.Prefix) {
+			return e, true
+		}
+	}
+	return nil, false
+}
+
+func prefixMatch(model, prefix string) bool {
+	if !strings.HasPrefix(model, prefix) {
+		return false
+	}
+	if len(model) == len(prefix) {
+		return true
+	}
+	c := model[len(prefix)]
+	return c == '-' || c == '@' || strings.HasSuffix(prefix, "-")
+}
+
+// Label is the bounded metrics label for model: its entry's label, else "other".
+func (p *Prices) Label(model string) string {
+	if e, ok := p.Lookup(model); ok {
+		return e.Label()
+	}
+	return OtherLabel
+}
+
+// Labels lists the metrics labels of all entries, in file order.
+func (p *Prices) Labels() []string {
+	if p == nil {
+		return nil
+	}
+	out := make([]string, len(p.entries))
+	for i, e := range p.entries {
+		out[i] = e.Label()
+	}
+	return out
+}
+
+// Entries lists the entries in file order.
+func (p *Prices) Entries() []*PriceEntry {
+	if p == nil {
+		return nil
+	}
+	return append([]*PriceEntry(nil), p.entries...)
+}
+
+// Cost is the cost of u at price pr.
+func (pr Price) Cost(u Usage) Money {
+	oneHour := u.CacheCreation1hInputTokens
+	if oneHour > u.CacheCreationInputTokens || oneHour < 0 {
+		oneHour = u.CacheCreationInputTokens
+	}
+	return Money(u.InputTokens)*pr.Input +
+		Money(u.OutputTokens)*pr.Output +
+		Money(u.CacheCreationInputTokens-oneHour)*pr.CacheWrite +
+		Money(oneHour)*pr.CacheWrite1h +
+		Money(u.CacheReadInputTokens)*pr.CacheRead
+}
+
+// Savings is the estimated saving of clearing cleared input tokens: cleared × input price.
+func (pr Price) Savings(cleared int64) Money { return Money(cleared) * pr.Input }
+
+// Price fills c.Cost, c.Savings and c.PriceUnknown from c.Model, c.Usage and c.Edits.
+// An unknown model gets PriceUnknown and zero amounts, which reports show as unknown.
+func (p *Prices) Price(c *Call) {
+	e, ok := p.Lookup(c.Model)
+	if !ok {
+		c.Cost, c.Savings, c.PriceUnknown = 0, 0, true
+		return
+	}
+	c.Cost = e.Price.Cost(c.Usage)
+	c.Savings = e.Price.Savings(ClearedInputTokens(c.Edits))
+	c.PriceUnknown = false
+}
+
+// CountTokensSavings is the estimated saving per call of the edits a count_tokens reply reports,
+// at model's input price; ok is false for an unknown model.
+func (p *Prices) CountTokensSavings(model string, ct CountTokens) (Money, bool) {
+	e, ok := p.Lookup(model)
+	if !ok {
+		return 0, false
+	}
+	return e.Price.Savings(ct.Cleared()), true
+}

@@ -1,0 +1,254 @@
+package tokens
+
+import (
+	"strings"
+	"testing"
+)
+
+func shippedPrices(t testing.TB) *Prices {
+	t.Helper()
+	p, err := LoadPrices("../policies/prices.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// usd parses a dollar amount for expectations.
+func usd(t testing.TB, s string) Money {
+	t.Helper()
+	m, err := ParseMoney(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestShippedPrices(t *testing.T) {
+	p := shippedPrices(t)
+	// USD per million tokens: input, output, 5m write, read.
+	tests := []struct {
+		model, label                 string
+		in, out, write, read, write1 string
+	}{
+		{"claude-opus-4-5-20251101", "claude-opus-4-5", "5", "25", "6.25", "0.5", "10"},
+		{"claude-opus-4-6", "claude-opus-4-6", "5", "25", "6.25", "0.5", "10"},
+		{"claude-opus-4-7", "claude-opus-4-7", "5", "25", "6.25", "0.5", "10"},
+		{"claude-opus-4-8", "claude-opus-4-8", "5", "25", "6.25", "0.5", "10"},
+		{"claude-opus-5", "claude-opus-5", "5", "25", "6.25", "0.5", "10"},
+		{"claude-opus-4-1-20250805", "claude-opus-4-1", "15", "75", "18.75", "1.5", "30"},
+		{"claude-opus-4-20250514", "claude-opus-4-20250514", "15", "75", "18.75", "1.5", "30"},
+		{"claude-opus-4-0", "claude-opus-4-0", "15", "75", "18.75", "1.5", "30"},
+		{"claude-sonnet-4-20250514", "claude-sonnet-4-20250514", "3", "15", "3.75", "0.3", "6"},
+		{"claude-sonnet-4-5-20250929", "claude-sonnet-4-5", "3", "15", "3.75", "0.3", "6"},
+		{"claude-sonnet-4-5@20250929", "claude-sonnet-4-5", "3", "15", "3.75", "0.3", "6"},
+		{"claude-sonnet-4-6", "claude-sonnet-4-6", "3", "15", "3.75", "0.3", "6"},
+		{"claude-haiku-4-5-20251001", "claude-haiku-4-5", "1", "5", "1.25", "0.1", "2"},
+		{"claude-3-haiku-20240307", "claude-3-haiku", "0.25", "1.25", "0.3", "0.03", "0.5"},
+		{"claude-fable-5", "claude-fable-5", "10", "50", "12.5", "1", "20"},
+		{"claude-mythos-5", "claude-mythos-5", "10", "50", "12.5", "1", "20"},
+		{"claude-fable-5-1", "claude-fable-5-1", "10", "50", "12.5", "0.25", "20"},
+		{"claude-mythos-5-1-20260101", "claude-mythos-5-1", "10", "50", "12.5", "0.25", "20"},
+	}
+	perMTok := func(s string) Money { return usd(t, s) / 1_000_000 }
+	for _, tt := range tests {
+		t.Run(tt.model+" is priced as "+tt.label, func(t *testing.T) {
+			e, ok := p.Lookup(tt.model)
+			if !ok {
+				t.Fatal("no price")
+			}
+			want := Price{Input: perMTok(tt.in), Output: perMTok(tt.out), CacheWrite: perMTok(tt.write),
+				CacheRead: perMTok(tt.read), CacheWrite1h: perMTok(tt.write1)}
+			if e.Price != want || e.Label() != tt.label || p.Label(tt.model) != tt.label {
+				t.Errorf("got %+v label %q, want %+v label %q", e.Price, e.Label(), want, tt.label)
+			}
+		})
+	}
+	for _, m := range []string{"claude-sonnet-4-50", "gpt-4o", "", "claude-opus-4", "claude-2.1"} {
+		t.Run(m+" is unknown", func(t *testing.T) {
+			if e, ok := p.Lookup(m); ok {
+				t.Errorf("priced as %s", e.Label())
+			}
+			if p.Label(m) != OtherLabel {
+				t.Errorf("label %q", p.Label(m))
+			}
+		})
+	}
+}
+
+const testPrices = `models:
+  - prefix: claude-x
+    input: 1
+    output: 2
+    cache_write: 3
+    cache_read: 0.1
+  - prefix: claude-x-big
+    input: 10
+    output: 20
+    cache_write: 30
+    cache_read: 1
+  - model: claude-x-big-exact
+    input: 100
+    output: 200
+    cache_write: 300
+    cache_read: 10
+`
+
+func TestLookupPrecedence(t *testing.T) {
+	p, err := ParsePrices([]byte(testPrices))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ model, label string }{
+		{"claude-x", "claude-x"},
+		{"claude-x-20250101", "claude-x"},
+		{"claude-x-big-2", "claude-x-big"},           // longest prefix wins
+		{"claude-x-big", "claude-x-big"},             // a prefix matches its own name
+		{"claude-x-big-exact", "claude-x-big-exact"}, // exact beats prefix
+		{"claude-x-big-exact-2", "claude-x-big"},     // exact entries are not prefixes
+		{"claude-xy", OtherLabel},
+	}
+	for _, tt := range tests {
+		t.Run(tt.model, func(t *testing.T) {
+			if got := p.Label(tt.model); got != tt.label {
+				t.Errorf("label %q, want %q", got, tt.label)
+			}
+		})
+	}
+	if got := strings.Join(p.Labels(), ","); got != "claude-x,claude-x-big,claude-x-big-exact" {
+		t.Errorf("Labels() = %s", got)
+	}
+}
+
+func TestPriceCallToTheCent(t *testing.T) {
+	p := shippedPrices(t)
+	tests := []struct {
+		name          string
+		call          Call
+		cost, savings string
+		unknown       bool
+	}{
+		{
+			// 1,000,000×3 + 200,000×15 + 100,000×3.75 + 2,000,000×0.30 per million
+			// = 3 + 3 + 0.375 + 0.6 = 6.975; savings 50,000+1,800 cleared × 3/M = 0.1554
+			name: "sonnet 4.5 with cache writes, reads and two edits",
+			call: Call{Model: "claude-sonnet-4-5-20250929",
+				Usage: Usage{InputTokens: 1_000_000, OutputTokens: 200_000, CacheCreationInputTokens: 100_000, CacheReadInputTokens: 2_000_000},
+				Edits: []AppliedEdit{{Type: EditClearToolUses, ClearedToolUses: 8, ClearedInputTokens: 50_000}, {Type: EditClearThinking, ClearedThinkingTurns: 2, ClearedInputTokens: 1_800}}},
+			cost: "6.975", savings: "0.1554",
+		},
+		{
+			// 1 input token of Haiku 3 = $0.00000025; 1 cache read = $0.00000003
+			name: "single tokens of the cheapest model are exact",
+			call: Call{Model: "claude-3-haiku-20240307", Usage: Usage{InputTokens: 1, CacheReadInputTokens: 1}},
+			cost: "0.00000028", savings: "0",
+		},
+		{
+			// 4200×5 + 350×25 + 12000×0.5 = 21000+8750+6000 = 35750 / 1e6 = 0.03575
+			name: "opus 4.8 typical agent turn",
+			call: Call{Model: "claude-opus-4-8", Usage: Usage{InputTokens: 4200, OutputTokens: 350, CacheReadInputTokens: 12000},
+				Edits: []AppliedEdit{{Type: EditClearToolUses, ClearedInputTokens: 12000}}},
+			cost: "0.03575", savings: "0.06",
+		},
+		{
+			// 100 5m writes × 3.75 + 200 1h writes × 6 = 375 + 1200 = 1575 / 1e6
+			name: "1h cache writes are priced at the 1h price",
+			call: Call{Model: "claude-sonnet-4-6", Usage: Usage{CacheCreationInputTokens: 300, CacheCreation1hInputTokens: 200}},
+			cost: "0.001575", savings: "0",
+		},
+		{
+			name: "unknown model is marked, not priced at zero silently",
+			call: Call{Model: "gpt-4o", Usage: Usage{InputTokens: 1000}, Edits: []AppliedEdit{{ClearedInputTokens: 5}}, Cost: 77},
+			cost: "0", savings: "0", unknown: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := tt.call
+			p.Price(&c)
+			if c.Cost != usd(t, tt.cost) || c.Savings != usd(t, tt.savings) || c.PriceUnknown != tt.unknown {
+				t.Errorf("cost %s savings %s unknown %v, want %s %s %v", c.Cost, c.Savings, c.PriceUnknown, tt.cost, tt.savings, tt.unknown)
+			}
+		})
+	}
+	t.Run("a thousand calls sum exactly", func(t *testing.T) {
+		var sum Money
+		for i := 0; i < 1000; i++ {
+			c := Call{Model: "claude-3-haiku", Usage: Usage{InputTokens: 1, CacheReadInputTokens: 1}}
+			p.Price(&c)
+			sum += c.Cost
+		}
+		if sum.String() != "0.00028" {
+			t.Errorf("sum = %s", sum)
+		}
+	})
+	t.Run("count_tokens savings", func(t *testing.T) {
+		s, ok := p.CountTokensSavings("claude-opus-4-8", CountTokens{InputTokens: 25000, OriginalInputTokens: 70000, HasOriginal: true})
+		if !ok || s.String() != "0.225" {
+			t.Errorf("savings %s ok %v", s, ok)
+		}
+		if _, ok := p.CountTokensSavings("nope", CountTokens{}); ok {
+			t.Error("unknown model priced")
+		}
+	})
+}
+
+func TestParsePricesErrors(t *testing.T) {
+	entry := "    input: 1\n    output: 2\n    cache_write: 3\n    cache_read: 0.1\n"
+	tests := []struct{ name, yaml, want string }{
+		{"unknown top-level key", "models: []\nextra: 1\n", "line 2: unknown key \"extra\""},
+		{"unknown entry key", "models:\n  - model: a\n" + entry + "    cache_hit: 1\n", "line 7: unknown key \"cache_hit\""},
+		{"both model and prefix", "models:\n  - model: a\n    prefix: b\n" + entry, "line 2: entry has both model and prefix"},
+		{"neither model nor prefix", "models:\n  -\n" + entry, "line 3: entry needs model or prefix"},
+		{"missing price", "models:\n  - model: a\n    input: 1\n", "line 2: a: missing output"},
+		{"more than 3 decimals", "models:\n  - model: a\n    input: 0.0001\n", "line 3: input \"0.0001\""},
+		{"negative price", "models:\n  - model: a\n    input: -1\n", "line 3: input \"-1\": negative"},
+		{"price as a string", "models:\n  - model: a\n    input: \"1\"\n", "line 3: input must be a number"},
+		{"exponent", "models:\n  - model: a\n    input: 1e3\n", "line 3: input \"1e3\""},
+		{"duplicate model", "models:\n  - model: a\n" + entry + "  - model: a\n" + entry, "line 7: model \"a\" already priced on line 2"},
+		{"duplicate prefix", "models:\n  - prefix: a\n" + entry + "  - prefix: a\n" + entry, "line 7: prefix \"a\" already priced on line 2"},
+		{"duplicate key", "models:\n  - model: a\n    input: 1\n    input: 2\n", "line 4: duplicate key \"input\""},
+		{"models not a list", "models: {}\n", "models must be a list"},
+		{"not yaml", "models: [\n", "parse:"},
+		{"empty", "", "empty file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParsePrices([]byte(tt.yaml))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestMoney(t *testing.T) {
+	tests := []struct {
+		in, str, fixed2, fixed6 string
+	}{
+		{"0", "0.00", "0.00", "0.000000"},
+		{"12.5", "12.50", "12.50", "12.500000"},
+		{"0.000075", "0.000075", "0.00", "0.000075"},
+		{"0.005", "0.005", "0.01", "0.005000"},
+		{"-1.234567891", "-1.234567891", "-1.23", "-1.234568"},
+		{"123456789.000000001", "123456789.000000001", "123456789.00", "123456789.000000"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			m := usd(t, tt.in)
+			if m.String() != tt.str || m.Fixed(2) != tt.fixed2 || m.Fixed(6) != tt.fixed6 {
+				t.Errorf("%q: String %s Fixed2 %s Fixed6 %s", tt.in, m, m.Fixed(2), m.Fixed(6))
+			}
+			b, _ := m.MarshalJSON()
+			var back Money
+			if err := back.UnmarshalJSON(b); err != nil || back != m {
+				t.Errorf("JSON round trip %s -> %s (%v)", b, back, err)
+			}
+		})
+	}
+	for _, bad := range []string{"", ".", "1.2.3", "abc", "1e5", "0.0000000001", "99999999999999999999"} {
+		if _, err := ParseMoney(bad); err == nil {
+			t.Errorf("ParseMoney(%q) accepted", bad)
+		}
+	}
+}

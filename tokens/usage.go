@@ -1,0 +1,296 @@
+// Package tokens turns the usage and context_management.applied_edits of upstream replies into
+// per-tenant figures: parsing (non-streaming bodies and SSE events), prices, Prometheus metrics,
+// a ledger of upstream calls and reports built from it.
+package tokens
+
+import (
+	"strings"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+)
+
+// Usage is the token usage of one upstream call.
+type Usage struct {
+	InputTokens              int64 `json:"input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	// CacheCreation1hInputTokens is the part of CacheCreationInputTokens written with the 1-hour
+	// TTL (usage.cache_creation.ephemeral_1h_input_tokens); it is priced at the 1h write price.
+	CacheCreation1hInputTokens int64 `json:"cache_creation_1h_input_tokens,omitempty"`
+}
+
+// Add adds o to u field by field.
+func (u *Usage) Add(o Usage) {
+	u.InputTokens += o.InputTokens
+	u.OutputTokens += o.OutputTokens
+	u.CacheCreationInputTokens += o.CacheCreationInputTokens
+	u.CacheReadInputTokens += o.CacheReadInputTokens
+	u.CacheCreation1hInputTokens += o.CacheCreation1hInputTokens
+}
+
+// TotalInput is input + cache creation + cache read: everything the model read.
+func (u Usage) TotalInput() int64 {
+	return u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens
+}
+
+// Edit types the API documents; others are kept as raw JSON.
+const (
+	EditClearToolUses = "clear_tool_uses_20250919"
+	EditClearThinking = "clear_thinking_20251015"
+)
+
+// AppliedEdit is one entry of context_management.applied_edits.
+type AppliedEdit struct {
+	Type                 string
+	ClearedToolUses      int64
+	ClearedThinkingTurns int64
+	ClearedInputTokens   int64
+	// Raw is the entry's JSON, kept only for types this package does not know
+	// (their cleared_input_tokens is still read when present).
+	Raw string
+}
+
+// ClearedInputTokens sums cleared_input_tokens over edits.
+func ClearedInputTokens(edits []AppliedEdit) int64 {
+	var n int64
+	for _, e := range edits {
+		n += e.ClearedInputTokens
+	}
+	return n
+}
+
+// Reply is what this package reads from one Messages reply.
+type Reply struct {
+	ID, Model, StopReason string
+	Usage                 Usage
+	Edits                 []AppliedEdit
+	// ErrorType is the error.type of an SSE error event (streams only).
+	ErrorType string
+}
+
+// ParseMessage reads usage and applied_edits from a non-streaming Messages reply body.
+func ParseMessage(body []byte) (Usage, []AppliedEdit) {
+	r := ParseReply(body)
+	return r.Usage, r.Edits
+}
+
+// ParseReply reads id, model, stop_reason, usage and applied_edits from a non-streaming Messages
+// reply body in one pass over its top-level keys. body is not retained.
+func ParseReply(body []byte) Reply {
+	var r Reply
+	gjson.Parse(bytesView(body)).ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "id":
+			r.ID = strings.Clone(v.Str)
+		case "model":
+			r.Model = strings.Clone(v.Str)
+		case "stop_reason":
+			r.StopReason = strings.Clone(v.Str)
+		case "usage":
+			r.Usage = parseUsage(v)
+		case "context_management":
+			r.Edits = parseEdits(v)
+		}
+		return true
+	})
+	return r
+}
+
+// CountTokens is a count_tokens reply.
+type CountTokens struct {
+	InputTokens         int64 // after edits
+	OriginalInputTokens int64 // before edits; 0 unless HasOriginal
+	HasOriginal         bool
+}
+
+// Cleared is the number of input tokens context editing removed (0 when unknown).
+func (c CountTokens) Cleared() int64 {
+	if !c.HasOriginal || c.OriginalInputTokens < c.InputTokens {
+		return 0
+	}
+	return c.OriginalInputTokens - c.InputTokens
+}
+
+// ParseCountTokens reads a /v1/messages/count_tokens reply body.
+func ParseCountTokens(body []byte) CountTokens {
+	s := bytesView(body)
+	var c CountTokens
+	c.InputTokens = gjson.Get(s, "input_tokens").Int()
+	if o := gjson.Get(s, "context_management.original_input_tokens"); o.Exists() && o.Type == gjson.Number {
+		c.OriginalInputTokens, c.HasOriginal = o.Int(), true
+	}
+	return c
+}
+
+func parseUsage(v gjson.Result) Usage {
+	var u Usage
+	if !v.IsObject() {
+		return u
+	}
+	v.ForEach(func(k, f gjson.Result) bool {
+		switch k.Str {
+		case "input_tokens":
+			u.InputTokens = f.Int()
+		case "output_tokens":
+			u.OutputTokens = f.Int()
+		case "cache_creation_input_tokens":
+			u.CacheCreationInputTokens = f.Int()
+		case "cache_read_input_tokens":
+			u.CacheReadInputTokens = f.Int()
+		case "cache_creation":
+			u.CacheCreation1hInputTokens = f.Get("ephemeral_1h_input_tokens").Int()
+		}
+		return true
+	})
+	return u
+}
+
+// parseEdits reads context_management (object, null or absent) into its applied edits.
+func parseEdits(cm gjson.Result) []AppliedEdit {
+	if !cm.IsObject() {
+		return nil
+	}
+	list := cm.Get("applied_edits")
+	if !list.IsArray() {
+		return nil
+	}
+	var edits []AppliedEdit
+	list.ForEach(func(_, e gjson.Result) bool {
+		if ed, ok := parseEdit(e); ok {
+			edits = append(edits, ed)
+		}
+		return true
+	})
+	return edits
+}
+
+func parseEdit(e gjson.Result) (AppliedEdit, bool) {
+	if !e.IsObject() {
+		return AppliedEdit{}, false
+	}
+	var ed AppliedEdit
+	e.ForEach(func(k, f gjson.Result) bool {
+		switch k.Str {
+		case "type":
+			ed.Type = f.Str
+		case "cleared_tool_uses":
+			ed.ClearedToolUses = f.Int()
+		case "cleared_thinking_turns":
+			ed.ClearedThinkingTurns = f.Int()
+		case "cleared_input_tokens":
+			ed.ClearedInputTokens = f.Int()
+		}
+		return true
+	})
+	switch ed.Type {
+	case EditClearToolUses:
+		ed.Type = EditClearToolUses // constant: no reference into the body
+	case EditClearThinking:
+		ed.Type = EditClearThinking
+	default:
+		ed.Type = strings.Clone(ed.Type)
+		ed.Raw = strings.Clone(e.Raw)
+	}
+	return ed, true
+}
+
+// StreamMeter accumulates usage and applied_edits from the SSE events of one streamed reply.
+// The zero value is ready; it is not safe for concurrent use.
+type StreamMeter struct {
+	r     Reply
+	start Usage // from message_start
+	delta Usage // latest non-zero values from message_delta
+}
+
+// Event feeds one SSE event: its name (the `event:` line; may be empty, then data's type is used)
+// and its data. Unknown events are ignored. data is not retained.
+func (m *StreamMeter) Event(name string, data []byte) {
+	s := bytesView(data)
+	if name == "" {
+		name = gjson.Get(s, "type").Str
+	}
+	switch name {
+	case "message_start":
+		gjson.Get(s, "message").ForEach(func(k, v gjson.Result) bool {
+			switch k.Str {
+			case "id":
+				m.r.ID = strings.Clone(v.Str)
+			case "model":
+				m.r.Model = strings.Clone(v.Str)
+			case "usage":
+				m.start = parseUsage(v)
+			case "context_management":
+				if e := parseEdits(v); e != nil {
+					m.r.Edits = e
+				}
+			}
+			return true
+		})
+	case "message_delta":
+		gjson.Parse(s).ForEach(func(k, v gjson.Result) bool {
+			switch k.Str {
+			case "usage":
+				// Cumulative counts; some relays send zeros in message_start and the real
+				// figures here, others omit input fields here: prefer non-zero values.
+				u := parseUsage(v)
+				preferNonZero(&m.delta.InputTokens, u.InputTokens)
+				preferNonZero(&m.delta.OutputTokens, u.OutputTokens)
+				preferNonZero(&m.delta.CacheCreationInputTokens, u.CacheCreationInputTokens)
+				preferNonZero(&m.delta.CacheReadInputTokens, u.CacheReadInputTokens)
+				preferNonZero(&m.delta.CacheCreation1hInputTokens, u.CacheCreation1hInputTokens)
+			case "context_management":
+				if v.IsObject() {
+					m.r.Edits = parseEdits(v)
+				}
+			case "delta":
+				if sr := v.Get("stop_reason"); sr.Type == gjson.String {
+					m.r.StopReason = strings.Clone(sr.Str)
+				}
+			}
+			return true
+		})
+	case "error":
+		m.r.ErrorType = strings.Clone(gjson.Get(s, "error.type").Str)
+	}
+}
+
+func preferNonZero(dst *int64, v int64) {
+	if v != 0 {
+		*dst = v
+	}
+}
+
+// Result is the usage and applied edits seen so far.
+func (m *StreamMeter) Result() (Usage, []AppliedEdit) {
+	r := m.Reply()
+	return r.Usage, r.Edits
+}
+
+// Reply is everything read so far: message_delta values win over message_start ones when non-zero.
+func (m *StreamMeter) Reply() Reply {
+	r := m.r
+	u := m.start
+	preferNonZero(&u.InputTokens, m.delta.InputTokens)
+	preferNonZero(&u.OutputTokens, m.delta.OutputTokens)
+	preferNonZero(&u.CacheCreationInputTokens, m.delta.CacheCreationInputTokens)
+	preferNonZero(&u.CacheReadInputTokens, m.delta.CacheReadInputTokens)
+	preferNonZero(&u.CacheCreation1hInputTokens, m.delta.CacheCreation1hInputTokens)
+	r.Usage = u
+	return r
+}
+
+// Model is the model named in message_start.
+func (m *StreamMeter) Model() string { return m.r.Model }
+
+// ID is the message id named in message_start.
+func (m *StreamMeter) ID() string { return m.r.ID }
+
+// bytesView lets gjson read b without copying it; every string kept from the results is cloned.
+func bytesView(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
