@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -13,25 +14,28 @@ func syntaxError(body []byte) *RequestError {
 	err := json.Unmarshal(body, new(json.RawMessage))
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
-		off := int(se.Offset)
-		line, col := lineCol(body, off)
-		return badRequest("malformed JSON at line %d, column %d (byte offset %d): %s", line, col, off, se.Error())
+		// Offset counts the bytes read, the bad one included; at the end of input it is the length.
+		pos := int(se.Offset) - 1
+		if strings.Contains(se.Error(), "unexpected end") {
+			pos = len(body)
+		}
+		pos = min(max(pos, 0), len(body))
+		line, col := lineCol(body, pos)
+		return badRequest("malformed JSON at line %d, column %d (byte offset %d): %s", line, col, pos, se.Error())
 	}
 	if err != nil {
 		return badRequest("malformed JSON: %v", err)
 	}
 	if !utf8.Valid(body) {
 		off := invalidUTF8(body)
-		line, col := lineCol(body, off+1)
+		line, col := lineCol(body, off)
 		return badRequest("malformed JSON at line %d, column %d (byte offset %d): invalid UTF-8", line, col, off)
 	}
 	return badRequest("malformed JSON in request body")
 }
 
-// lineCol turns encoding/json's offset (bytes read, so the bad byte is at off-1) into a 1-based line
-// and column.
+// lineCol is the 1-based line and column of byte offset off.
 func lineCol(b []byte, off int) (line, col int) {
-	off = min(max(off-1, 0), len(b))
 	line, col = 1, 1
 	for _, c := range b[:off] {
 		if c == '\n' {

@@ -203,12 +203,12 @@ func (p *Policy) Rewrite(body []byte, h http.Header, countTokens bool) ([]byte, 
 				return nil, info, conflict
 			}
 			if !info.MemoryDeclared {
-				closeAt := tools.end() - 1 // the array's ']'
+				at := insertPos(s, tools.end()-1) // before the array's ']'
 				data := []byte("," + memoryToolJSON)
 				if n == 0 {
 					data = data[1:]
 				}
-				ops = append(ops, splice{start: closeAt, end: closeAt, data: data})
+				ops = append(ops, splice{start: at, end: at, data: data})
 				info.MemoryAdded = true
 			}
 		case info.ThreadContinue:
@@ -226,7 +226,8 @@ func (p *Policy) Rewrite(body []byte, h http.Header, countTokens bool) ([]byte, 
 		if !rootEmpty {
 			topInserts = append([]byte{','}, topInserts...)
 		}
-		ops = append(ops, splice{start: rootEnd, end: rootEnd, data: topInserts})
+		at := insertPos(s, rootEnd)
+		ops = append(ops, splice{start: at, end: at, data: topInserts})
 	}
 
 	// 3. The beta header.
@@ -402,12 +403,12 @@ func (p *Policy) rewriteEdits(s string, cm member, thinking bool) (editsResult, 
 		r.op = &splice{start: edits.val.Index, end: edits.end(), data: newArr}
 	case cmPresent: // an object without edits: add the member before its '}'
 		closeAt := cm.end() - 1
-		var data []byte
+		data := appendMember(nil, "edits", string(newArr))
 		if skipSpace(s, cm.val.Index+1) != closeAt {
-			data = append(data, ',')
+			data = append([]byte{','}, data...)
 		}
-		data = appendMember(data, "edits", string(newArr))
-		r.op = &splice{start: closeAt, end: closeAt, data: data}
+		at := insertPos(s, closeAt)
+		r.op = &splice{start: at, end: at, data: data}
 	case cm.found: // "context_management": null
 		data := make([]byte, 0, len(newArr)+10)
 		data = append(data, `{"edits":`...)
@@ -455,7 +456,8 @@ func excludeMemory(raw string, i int) (string, bool, error) {
 	if skipSpace(raw, ex.Index+1) == closeAt {
 		sep = ""
 	}
-	return raw[:closeAt] + sep + `"memory"` + raw[closeAt:], true, nil
+	at := insertPos(raw, closeAt)
+	return raw[:at] + sep + `"memory"` + raw[at:], true, nil
 }
 
 func typeOfTenantEdit(e []byte) string {
@@ -534,6 +536,19 @@ func applySplices(body []byte, ops []splice) []byte {
 		pos = o.end
 	}
 	return append(out, body[pos:]...)
+}
+
+// insertPos is where a new member or element goes in the container closed at closeAt: right after
+// its last value, before any whitespace preceding the closing bracket.
+func insertPos(s string, closeAt int) int {
+	i := closeAt
+	for i > 0 && isSpace(s[i-1]) {
+		i--
+	}
+	if c := s[i-1]; c == '{' || c == '[' {
+		return closeAt // empty container: keep its inner whitespace before the new item
+	}
+	return i
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
