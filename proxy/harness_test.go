@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/json"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -209,3 +210,18 @@ func within(t *testing.T, d time.Duration, what string, f func()) {
 }
 
 var _ = bytes.NewReader
+
+type jsonRaw = json.RawMessage
+
+func scopeOf(tenant string) memoryhook.Scope {
+	return memoryhook.Scope{Tenant: tenant, Limits: memoryhook.DefaultLimits()}
+}
+
+func mustPath(t *testing.T, p string) memoryhook.Path {
+	t.Helper()
+	mp, err := memoryhook.ParsePath(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mp
+}

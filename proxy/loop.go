@@ -15,7 +15,8 @@ import (
 
 // The memory loop. When a reply stops for tool_use and its tool calls are all
 // memory, the proxy runs them, appends the assistant turn and a user turn of
-// tool_results, and calls upstream again, up to memory.max_iterations rounds.
+// tool_results, and calls upstream again: up to memory.max_iterations rounds, so at most
+// max_iterations+1 upstream calls per client request.
 //
 // What the client receives is one message: the blocks of every round except
 // the memory tool_use blocks, so it can send the message back unchanged as its
@@ -203,7 +204,7 @@ func (x *exchange) servePlain() {
 		}
 		results := x.runMemory(ctx, calls)
 		replyID := gjson.GetBytes(reply, "id").Str
-		if others > 0 || round+1 >= x.maxIterations() {
+		if others > 0 || round >= x.maxIterations() {
 			stop := "tool_use"
 			if others == 0 {
 				stop = "pause_turn"

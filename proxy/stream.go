@@ -171,7 +171,7 @@ func (x *exchange) serveStream() {
 		}
 		if x.memory && rd.stopReason == "tool_use" && len(rd.calls) > 0 {
 			results := x.runMemory(ctx, rd.calls)
-			if rd.others == 0 && i+1 < x.maxIterations() {
+			if rd.others == 0 && i < x.maxIterations() {
 				var asst []byte
 				if !threaded(body) {
 					asst = rd.assistantTurn()

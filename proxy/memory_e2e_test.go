@@ -1,0 +1,236 @@
+package proxy
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
+)
+
+// The agent session the issue names: view, create, str_replace, view, then
+// an answer. Each round states its usage so the sums can be checked.
+func memorySession() func(*fakeapi.Request) fakeapi.Reply {
+	u := func(in, out int64) *fakeapi.Usage { return &fakeapi.Usage{InputTokens: in, OutputTokens: out} }
+	return fakeapi.Script(
+		fakeapi.Reply{Content: []jsonRaw{fakeapi.Text("Let me check my memory."), fakeapi.MemoryView("/memories")}, Usage: u(100, 10)},
+		fakeapi.Reply{Content: []jsonRaw{fakeapi.MemoryCreate("/memories/prefs.md", "# Preferences\n- tea\n")}, Usage: u(200, 20)},
+		fakeapi.Reply{Content: []jsonRaw{fakeapi.MemoryStrReplace("/memories/prefs.md", "- tea", "- green tea")}, Usage: u(300, 30)},
+		fakeapi.Reply{Content: []jsonRaw{fakeapi.MemoryView("/memories/prefs.md")}, Usage: u(400, 40)},
+		fakeapi.Reply{Content: []jsonRaw{fakeapi.Text("You like green tea.")}, Usage: u(500, 50)},
+	)
+}
+
+func withStream(body string) string {
+	out, _ := sjson.Set(body, "stream", true)
+	return out
+}
+
+func TestMemoryLoopRunsTheModelsCallsAndAnswersOnce(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			h := newHarness(t)
+			h.fake.SetResponder(memorySession())
+			body := simpleBody
+			if stream {
+				body = withStream(body)
+			}
+			resp := h.post("/v1/messages", keyAcme, body)
+			got := readAll(t, resp.Body)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, got)
+			}
+			msg := got
+			if stream {
+				msg = accumulate(t, got)
+			}
+			if n := len(h.fake.Requests()); n != 5 {
+				t.Fatalf("upstream calls = %d, want 5", n)
+			}
+			file, ok := h.memFile("acme", "prefs.md")
+			if !ok || file != "# Preferences\n- green tea\n" {
+				t.Fatalf("memory file = %q (exists %v)", file, ok)
+			}
+			if _, ok := h.memFile("beta", "prefs.md"); ok {
+				t.Fatal("the second tenant's store has the file")
+			}
+			// The client sees one message without memory calls.
+			if strings.Contains(gjson.Get(msg, "content").Raw, `"memory"`) {
+				t.Fatalf("client received a memory tool_use: %s", msg)
+			}
+			texts := gjson.Get(msg, "content.#.text").String()
+			if texts != `["Let me check my memory.","You like green tea."]` {
+				t.Fatalf("client content texts = %s", texts)
+			}
+			if gjson.Get(msg, "stop_reason").Str != "end_turn" {
+				t.Fatalf("stop_reason = %s", gjson.Get(msg, "stop_reason").Str)
+			}
+			if in, out := gjson.Get(msg, "usage.input_tokens").Int(), gjson.Get(msg, "usage.output_tokens").Int(); in != 1500 || out != 150 {
+				t.Fatalf("usage = %d in / %d out, want the sum 1500 / 150", in, out)
+			}
+			// The last view showed the edited file with the exact result string.
+			last := h.lastUpstream("/v1/messages")
+			result := gjson.GetBytes(last.Body, "messages.@reverse.0.content.0.content").Str
+			want := "Here's the content of /memories/prefs.md with line numbers:\n     1\t# Preferences\n     2\t- green tea\n     3\t"
+			if result != want {
+				t.Fatalf("last tool_result = %q\nwant %q", result, want)
+			}
+			// Sending the message back as the next assistant turn is a valid request.
+			next := `{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":` +
+				gjson.Get(msg, "content").Raw + `},{"role":"user","content":"thanks"}]}`
+			h.fake.SetResponder(nil)
+			resp = h.post("/v1/messages", keyAcme, next)
+			if b := readAll(t, resp.Body); resp.StatusCode != 200 {
+				t.Fatalf("client's follow-up was refused: %d %s", resp.StatusCode, b)
+			}
+		})
+	}
+}
+
+func TestASecondTenantSeesNoneOfTheFirstTenantsMemory(t *testing.T) {
+	h := newHarness(t)
+	h.fake.SetResponder(memorySession())
+	readAll(t, h.post("/v1/messages", keyAcme, simpleBody).Body)
+	h.fake.Reset()
+	h.fake.SetResponder(fakeapi.Script(
+		fakeapi.Blocks(fakeapi.MemoryView("/memories/prefs.md")),
+		fakeapi.Blocks(fakeapi.Text("done")),
+	))
+	readAll(t, h.post("/v1/messages", keyBeta, simpleBody).Body)
+	last := h.lastUpstream("/v1/messages")
+	res := gjson.GetBytes(last.Body, "messages.@reverse.0.content.0")
+	if !res.Get("is_error").Bool() || res.Get("content").Str != "Error: The path /memories/prefs.md does not exist. Please provide a valid path." {
+		t.Fatalf("tenant beta's view of acme's file = %s", res.Raw)
+	}
+}
+
+func TestAMixedReplyHandsTheClientOnlyItsOwnTools(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			h := newHarness(t)
+			h.fake.Enqueue(fakeapi.Blocks(
+				fakeapi.Text("Saving that, and checking the weather."),
+				fakeapi.MemoryCreate("/memories/city.md", "Paris"),
+				fakeapi.ToolUse("toolu_weather", "get_weather", map[string]string{"city": "Paris"}),
+			))
+			req := `{"model":"claude-sonnet-4-5","max_tokens":100,"tools":[{"name":"get_weather","input_schema":{"type":"object"}}],"messages":[{"role":"user","content":"weather?"}]}`
+			if stream {
+				req = withStream(req)
+			}
+			resp := h.post("/v1/messages", keyAcme, req)
+			got := readAll(t, resp.Body)
+			msg := got
+			if stream {
+				msg = accumulate(t, got)
+			}
+			if gjson.Get(msg, "stop_reason").Str != "tool_use" {
+				t.Fatalf("stop_reason = %s: %s", gjson.Get(msg, "stop_reason").Str, msg)
+			}
+			if names := gjson.Get(msg, `content.#(type=="tool_use")#.name`).String(); names != `["get_weather"]` {
+				t.Fatalf("tool_use blocks the client got: %s", names)
+			}
+			if f, _ := h.memFile("acme", "city.md"); f != "Paris" {
+				t.Fatalf("memory call was not run: %q", f)
+			}
+			if n := len(h.fake.Requests()); n != 1 {
+				t.Fatalf("upstream calls = %d, want 1", n)
+			}
+			// The client answers its tool with the content exactly as received.
+			next := `{"model":"claude-sonnet-4-5","max_tokens":100,"tools":[{"name":"get_weather","input_schema":{"type":"object"}}],"messages":[{"role":"user","content":"weather?"},{"role":"assistant","content":` +
+				gjson.Get(msg, "content").Raw + `},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_weather","content":"sunny"}]}]}`
+			resp = h.post("/v1/messages", keyAcme, next)
+			if b := readAll(t, resp.Body); resp.StatusCode != 200 {
+				t.Fatalf("the client's next request was refused: %d %s", resp.StatusCode, b)
+			}
+		})
+	}
+}
+
+func TestTheMemoryLoopStopsAtMaxIterationsWithPauseTurn(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			h := newHarness(t) // acme: max_iterations 4
+			h.fake.SetResponder(func(*fakeapi.Request) fakeapi.Reply {
+				return fakeapi.Blocks(fakeapi.Text("again"), fakeapi.MemoryView("/memories"))
+			})
+			body := simpleBody
+			if stream {
+				body = withStream(body)
+			}
+			resp := h.post("/v1/messages", keyAcme, body)
+			got := readAll(t, resp.Body)
+			msg := got
+			if stream {
+				msg = accumulate(t, got)
+			}
+			// The first call, then one more per memory round.
+			if n := len(h.fake.Requests()); n != 5 {
+				t.Fatalf("upstream calls = %d, want 1 + max_iterations (4)", n)
+			}
+			if gjson.Get(msg, "stop_reason").Str != "pause_turn" {
+				t.Fatalf("stop_reason = %q, want pause_turn", gjson.Get(msg, "stop_reason").Str)
+			}
+			if strings.Contains(gjson.Get(msg, "content").Raw, "tool_use") {
+				t.Fatalf("client got a tool_use at the cap: %s", msg)
+			}
+			if n := gjson.Get(msg, "content.#").Int(); n != 5 {
+				t.Fatalf("client got %d blocks, want the 5 texts", n)
+			}
+		})
+	}
+}
+
+func TestInjectModeLeavesMemoryCallsToTheClient(t *testing.T) {
+	p := testPolicies()
+	p["acme.yaml"] = strings.Replace(p["acme.yaml"], "mode: proxy", "mode: inject", 1)
+	h := newHarnessWith(t, nil, p)
+	h.fake.Enqueue(fakeapi.Blocks(fakeapi.MemoryView("/memories")))
+	got := readAll(t, h.post("/v1/messages", keyAcme, simpleBody).Body)
+	if gjson.Get(got, "content.0.name").Str != "memory" || len(h.fake.Requests()) != 1 {
+		t.Fatalf("inject mode did not hand the memory call to the client: %s", got)
+	}
+}
+
+func TestConcurrentEditsOfOneFileAllLand(t *testing.T) {
+	h := newHarness(t)
+	if _, err := h.mem.Create(t.Context(), scopeOf("acme"), mustPath(t, "/memories/log.md"), "start\n"); err != nil {
+		t.Fatal(err)
+	}
+	h.fake.SetResponder(func(r *fakeapi.Request) fakeapi.Reply {
+		if r.AssistantTurns > 0 {
+			return fakeapi.TextReply("noted")
+		}
+		n := gjson.GetBytes(r.Messages[0], "content").Str
+		if strings.HasSuffix(n, "0") { // every tenth edit is a str_replace
+			return fakeapi.Blocks(fakeapi.MemoryStrReplace("/memories/log.md", "start", "start "+n))
+		}
+		return fakeapi.Blocks(fakeapi.MemoryInsert("/memories/log.md", 1, "line "+n+"\n"))
+	})
+	var wg sync.WaitGroup
+	for i := range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"%d"}]}`, i)
+			resp := h.post("/v1/messages", keyAcme, body)
+			if b := readAll(t, resp.Body); resp.StatusCode != 200 {
+				t.Errorf("request %d: %d %s", i, resp.StatusCode, b)
+			}
+		}()
+	}
+	wg.Wait()
+	file, _ := h.memFile("acme", "log.md")
+	for i := range 100 {
+		want := fmt.Sprintf("line %d\n", i)
+		if i%10 == 0 {
+			want = fmt.Sprintf(" %d", i)
+		}
+		if !strings.Contains(file, want) {
+			t.Errorf("edit %d is missing from the file", i)
+		}
+	}
+}
