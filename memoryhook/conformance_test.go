@@ -1,0 +1,22 @@
+package memoryhook_test
+
+import (
+	"testing"
+
+	"github.com/ctxproxy/ctxproxy/memoryhook"
+	"github.com/ctxproxy/ctxproxy/memoryhook/storetest"
+)
+
+func newFileStore(t *testing.T) *memoryhook.FileStore {
+	t.Helper()
+	st, err := memoryhook.NewFileStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func TestFileStoreConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) memoryhook.Store { return newFileStore(t) })
+}
