@@ -375,7 +375,7 @@ func (ps *parser) policy(n *yaml.Node, isDefault bool) *Policy {
 		case "api_keys_sha256":
 			keysSeen = true
 			keysLine = k.Line
-			p.KeyHashes = ps.keyHashes(v)
+			p.KeyHashes, p.keyLines = ps.keyHashes(v)
 		case "context_management":
 			ps.contextManagement(v, &p.ContextManagement)
 		case "memory":
@@ -400,15 +400,14 @@ func (ps *parser) policy(n *yaml.Node, isDefault bool) *Policy {
 	return p
 }
 
-func (ps *parser) keyHashes(n *yaml.Node) [][32]byte {
+func (ps *parser) keyHashes(n *yaml.Node) (out [][32]byte, lines []int) {
 	if isNull(n) {
-		return nil
+		return nil, nil
 	}
 	if n.Kind != yaml.SequenceNode {
 		ps.add(n.Line, "api_keys_sha256 must be a list of sha256 hex digests, got %s", describe(n))
-		return nil
+		return nil, nil
 	}
-	var out [][32]byte
 	seen := map[[32]byte]int{}
 	for i, item := range n.Content {
 		item = resolve(item)
@@ -423,7 +422,12 @@ func (ps *parser) keyHashes(n *yaml.Node) [][32]byte {
 			continue
 		}
 		if _, err := hex.Decode(h[:], []byte(s)); err != nil {
-			ps.add(item.Line, "%s is not hex: %v", where, err)
+			var bad hex.InvalidByteError
+			if errors.As(err, &bad) {
+				ps.add(item.Line, "%s must be hex digits only, found %q", where, rune(bad))
+			} else {
+				ps.add(item.Line, "%s is not hex: %v", where, err)
+			}
 			continue
 		}
 		if prev, dup := seen[h]; dup {
@@ -432,8 +436,9 @@ func (ps *parser) keyHashes(n *yaml.Node) [][32]byte {
 		}
 		seen[h] = item.Line
 		out = append(out, h)
+		lines = append(lines, item.Line)
 	}
-	return out
+	return out, lines
 }
 
 func (ps *parser) contextManagement(n *yaml.Node, cm *ContextManagement) {

@@ -69,6 +69,7 @@ type Policy struct {
 	File              string     // file it came from
 	Line              int        // line of the tenant: key
 	KeyHashes         [][32]byte // from api_keys_sha256
+	keyLines          []int      // line of each key hash, for duplicate reports
 	ContextManagement ContextManagement
 	Memory            Memory
 	Upstream          Upstream

@@ -26,10 +26,14 @@ func newSet(policies []*Policy) (*Set, LoadErrors) {
 			continue
 		}
 		bad := false
-		for _, h := range p.KeyHashes {
+		for i, h := range p.KeyHashes {
 			if prev, dup := s.byHash[h]; dup && prev != p {
-				errs = append(errs, LoadError{File: p.File, Line: p.Line,
-					Msg: fmt.Sprintf("api key hash %s… of tenant %q is also listed by tenant %q (%s)", hex.EncodeToString(h[:4]), p.Tenant, prev.Tenant, prev.File)})
+				line := p.Line
+				if i < len(p.keyLines) {
+					line = p.keyLines[i]
+				}
+				errs = append(errs, LoadError{File: p.File, Line: line,
+					Msg: fmt.Sprintf("api key hash %s… of tenant %q is also listed by tenant %q (%s:%d)", hex.EncodeToString(h[:4]), p.Tenant, prev.Tenant, prev.File, prev.keyLine(h))})
 				bad = true
 			}
 		}
@@ -88,4 +92,13 @@ func (s *Set) Tenants() []*Policy {
 		return nil
 	}
 	return append([]*Policy(nil), s.tenants...)
+}
+
+func (p *Policy) keyLine(h [32]byte) int {
+	for i, k := range p.KeyHashes {
+		if k == h && i < len(p.keyLines) {
+			return p.keyLines[i]
+		}
+	}
+	return p.Line
 }
