@@ -73,9 +73,17 @@ func OpenLedger(ctx context.Context, spec string) (Ledger, error) {
 		if path == "" {
 			return nil, fmt.Errorf("open ledger %q: empty path", spec)
 		}
-		return OpenFileLedger(path)
+		l, err := OpenFileLedger(path)
+		if err != nil {
+			return nil, err
+		}
+		return l, nil
 	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
-		return OpenPGLedger(ctx, spec)
+		l, err := OpenPGLedger(ctx, spec)
+		if err != nil {
+			return nil, err
+		}
+		return l, nil
 	default:
 		return nil, fmt.Errorf("open ledger %q: want file:PATH or postgres://…", spec)
 	}

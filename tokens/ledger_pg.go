@@ -2,10 +2,183 @@ package tokens
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// OpenPGLedger opens the PostgreSQL ledger (not implemented yet).
-func OpenPGLedger(ctx context.Context, url string) (Ledger, error) {
-	return nil, errors.New("postgres ledger: not implemented yet")
+// PGLedger stores calls in the table ctxproxy_ledger. Its schema is versioned in
+// ctxproxy_ledger_migrations and brought up to date by OpenPGLedger under an advisory lock, so
+// several instances may start at once. Times are stored to the microsecond.
+type PGLedger struct {
+	pool *pgxpool.Pool
+}
+
+// pgMigrations are applied in order; never edit one that shipped, append a new one.
+var pgMigrations = [][]string{
+	1: {
+		`CREATE TABLE ctxproxy_ledger (
+			id                             bigserial   PRIMARY KEY,
+			time                           timestamptz NOT NULL,
+			tenant                         text        NOT NULL,
+			model                          text        NOT NULL,
+			request_id                     text        NOT NULL DEFAULT '',
+			message_id                     text        NOT NULL DEFAULT '',
+			stream                         boolean     NOT NULL DEFAULT false,
+			status                         integer     NOT NULL DEFAULT 0,
+			input_tokens                   bigint      NOT NULL DEFAULT 0,
+			output_tokens                  bigint      NOT NULL DEFAULT 0,
+			cache_creation_input_tokens    bigint      NOT NULL DEFAULT 0,
+			cache_creation_1h_input_tokens bigint      NOT NULL DEFAULT 0,
+			cache_read_input_tokens        bigint      NOT NULL DEFAULT 0,
+			applied_edits                  json        NOT NULL DEFAULT '[]', -- json, not jsonb: unknown edits kept byte for byte
+			cleared_input_tokens           bigint      NOT NULL DEFAULT 0,
+			cost_nano_usd                  bigint      NOT NULL DEFAULT 0,
+			savings_nano_usd               bigint      NOT NULL DEFAULT 0,
+			price_unknown                  boolean     NOT NULL DEFAULT false
+		)`,
+		`CREATE INDEX ctxproxy_ledger_tenant_time ON ctxproxy_ledger (tenant, time)`,
+		`CREATE INDEX ctxproxy_ledger_time ON ctxproxy_ledger (time)`,
+	},
+}
+
+// PGSchemaVersion is the ledger schema version this build writes.
+const PGSchemaVersion = 1
+
+// OpenPGLedger connects to url (a pgx connection string; search_path and other runtime
+// parameters may be given as query parameters) and migrates the schema.
+func OpenPGLedger(ctx context.Context, url string) (*PGLedger, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres ledger: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres ledger: %w", err)
+	}
+	if err := migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open postgres ledger %s@%s/%s: %w", cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Database, err)
+	}
+	return &PGLedger{pool: pool}, nil
+}
+
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // no-op after Commit
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('ctxproxy_ledger_migrations'))`); err != nil {
+		return fmt.Errorf("migrate: lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS ctxproxy_ledger_migrations (
+		version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	var have int
+	if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM ctxproxy_ledger_migrations`).Scan(&have); err != nil {
+		return fmt.Errorf("migrate: read version: %w", err)
+	}
+	if have > PGSchemaVersion {
+		return fmt.Errorf("migrate: database schema version %d is newer than this build's %d", have, PGSchemaVersion)
+	}
+	for v := have + 1; v <= PGSchemaVersion; v++ {
+		for _, stmt := range pgMigrations[v] {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return fmt.Errorf("migrate to version %d: %w", v, err)
+			}
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO ctxproxy_ledger_migrations (version) VALUES ($1)`, v); err != nil {
+			return fmt.Errorf("migrate to version %d: %w", v, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("migrate: commit: %w", err)
+	}
+	return nil
+}
+
+// Append inserts c.
+func (l *PGLedger) Append(ctx context.Context, c Call) error {
+	edits, err := json.Marshal(marshalEdits(c.Edits))
+	if err != nil {
+		return fmt.Errorf("ledger append: %w", err)
+	}
+	u := c.Usage
+	_, err = l.pool.Exec(ctx, `INSERT INTO ctxproxy_ledger (time, tenant, model, request_id, message_id, stream, status,
+		input_tokens, output_tokens, cache_creation_input_tokens, cache_creation_1h_input_tokens, cache_read_input_tokens,
+		applied_edits, cleared_input_tokens, cost_nano_usd, savings_nano_usd, price_unknown)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17)`,
+		c.Time.UTC().Truncate(time.Microsecond), c.Tenant, c.Model, c.RequestID, c.MessageID, c.Stream, c.Status,
+		u.InputTokens, u.OutputTokens, u.CacheCreationInputTokens, u.CacheCreation1hInputTokens, u.CacheReadInputTokens,
+		string(edits), c.ClearedInputTokens(), int64(c.Cost), int64(c.Savings), c.PriceUnknown)
+	if err != nil {
+		return fmt.Errorf("ledger append: %w", err)
+	}
+	return nil
+}
+
+// Query returns the calls matching f in insertion order.
+func (l *PGLedger) Query(ctx context.Context, f Filter) ([]Call, error) {
+	var since, until *time.Time
+	if !f.Since.IsZero() {
+		since = &f.Since
+	}
+	if !f.Until.IsZero() {
+		until = &f.Until
+	}
+	rows, err := l.pool.Query(ctx, `SELECT time, tenant, model, request_id, message_id, stream, status,
+		input_tokens, output_tokens, cache_creation_input_tokens, cache_creation_1h_input_tokens, cache_read_input_tokens,
+		applied_edits::text, cost_nano_usd, savings_nano_usd, price_unknown
+		FROM ctxproxy_ledger
+		WHERE ($1 = '' OR tenant = $1) AND ($2::timestamptz IS NULL OR time >= $2) AND ($3::timestamptz IS NULL OR time < $3)
+		ORDER BY id`, f.Tenant, since, until)
+	if err != nil {
+		return nil, fmt.Errorf("query ledger: %w", err)
+	}
+	var out []Call
+	for rows.Next() {
+		var c Call
+		var edits string
+		var cost, savings int64
+		u := &c.Usage
+		if err := rows.Scan(&c.Time, &c.Tenant, &c.Model, &c.RequestID, &c.MessageID, &c.Stream, &c.Status,
+			&u.InputTokens, &u.OutputTokens, &u.CacheCreationInputTokens, &u.CacheCreation1hInputTokens, &u.CacheReadInputTokens,
+			&edits, &cost, &savings, &c.PriceUnknown); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("query ledger: %w", err)
+		}
+		c.Time = c.Time.UTC()
+		c.Cost, c.Savings = Money(cost), Money(savings)
+		var raw []json.RawMessage
+		if err := json.Unmarshal([]byte(edits), &raw); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("query ledger: applied_edits: %w", err)
+		}
+		for _, r := range raw {
+			var e AppliedEdit
+			if err := e.UnmarshalJSON(r); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("query ledger: %w", err)
+			}
+			c.Edits = append(c.Edits, e)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("query ledger: %w", err)
+	}
+	return out, nil
+}
+
+// Ping checks the database is reachable.
+func (l *PGLedger) Ping(ctx context.Context) error { return l.pool.Ping(ctx) }
+
+// Close closes the pool.
+func (l *PGLedger) Close() error {
+	l.pool.Close()
+	return nil
 }

@@ -52,7 +52,7 @@ func TestMarshalCallLine(t *testing.T) {
 	}
 }
 
-func ledgerSuite(t *testing.T, open func(t *testing.T) Ledger, reopen func(t *testing.T) Ledger) {
+func ledgerSuite(t *testing.T, open func(t *testing.T) Ledger, reopen func(t *testing.T) Ledger, timePrec time.Duration) {
 	ctx := context.Background()
 	t.Run("appended calls come back in order, exactly", func(t *testing.T) {
 		l := open(t)
@@ -67,7 +67,7 @@ func ledgerSuite(t *testing.T, open func(t *testing.T) Ledger, reopen func(t *te
 		if err != nil {
 			t.Fatal(err)
 		}
-		assertCalls(t, got, in)
+		assertCallsPrec(t, timePrec, got, in)
 	})
 	t.Run("filter by tenant and time range (since inclusive, until exclusive)", func(t *testing.T) {
 		l := open(t)
@@ -82,12 +82,12 @@ func ledgerSuite(t *testing.T, open func(t *testing.T) Ledger, reopen func(t *te
 		if err != nil {
 			t.Fatal(err)
 		}
-		assertCalls(t, got, in[1:2])
+		assertCallsPrec(t, timePrec, got, in[1:2])
 		got, err = l.Query(ctx, Filter{Until: t0.Add(time.Hour)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		assertCalls(t, got, in[:1])
+		assertCallsPrec(t, timePrec, got, in[:1])
 		got, err = l.Query(ctx, Filter{Tenant: "nobody"})
 		if err != nil || len(got) != 0 {
 			t.Fatalf("nobody: %v %v", got, err)
@@ -113,7 +113,7 @@ func ledgerSuite(t *testing.T, open func(t *testing.T) Ledger, reopen func(t *te
 		if err != nil {
 			t.Fatal(err)
 		}
-		assertCalls(t, got, in)
+		assertCallsPrec(t, timePrec, got, in)
 	})
 	t.Run("concurrent appends all land", func(t *testing.T) {
 		l := open(t)
@@ -140,13 +140,18 @@ func ledgerSuite(t *testing.T, open func(t *testing.T) Ledger, reopen func(t *te
 
 func assertCalls(t *testing.T, got, want []Call) {
 	t.Helper()
+	assertCallsPrec(t, time.Nanosecond, got, want)
+}
+
+func assertCallsPrec(t *testing.T, prec time.Duration, got, want []Call) {
+	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("got %d calls, want %d: %+v", len(got), len(want), got)
 	}
 	for i := range want {
 		w := want[i]
 		g := got[i]
-		if !g.Time.Equal(w.Time) {
+		if !g.Time.Equal(w.Time.Truncate(prec)) {
 			t.Errorf("call %d time %v, want %v", i, g.Time, w.Time)
 		}
 		g.Time, w.Time = time.Time{}, time.Time{}
@@ -173,7 +178,7 @@ func TestFileLedger(t *testing.T) {
 				t.Fatal(err)
 			}
 			return l
-		})
+		}, time.Nanosecond)
 }
 
 func TestFileLedgerRecoversFromPartialLines(t *testing.T) {
