@@ -1,0 +1,127 @@
+// Package fakeapi is a test double of Anthropic's Messages API for ctxproxy's
+// end-to-end tests, SDK compat tests, benchmarks, soak test and demo.
+//
+// # Serving
+//
+//	api := fakeapi.New(fakeapi.WithTextChunks(4))
+//	srv := httptest.NewServer(api) // *API is an http.Handler
+//
+// Routes (the query string is ignored, so /v1/messages?beta=true works):
+//   - POST /v1/messages: validated (below), then answered with the next
+//     scripted Reply, as JSON or, with "stream": true, as SSE with the real
+//     event sequence (message_start, ping, per block content_block_start /
+//     deltas / content_block_stop, message_delta, message_stop). Every event
+//     is flushed. Text and thinking arrive in several deltas, thinking ends
+//     with a signature_delta, tool_use input in several input_json_delta
+//     pieces that form JSON only when joined.
+//   - POST /v1/messages/count_tokens: same validation (max_tokens optional),
+//     answers {"input_tokens":N,"context_management":{"original_input_tokens":M}}
+//     (context_management null when the request had none).
+//   - any other /v1/ path: GET /v1/models, GET /v1/models/{id} answer a model
+//     list / model; anything else {"type":"fake_passthrough","method",...}.
+//     All are recorded.
+//   - /_fake/...: control endpoints (below).
+//
+// Every reply carries a request-id: req_fake_... header; errors use the API's
+// shape {"type":"error","error":{"type","message"[,"details"]},"request_id"}.
+//
+// # Validation (400 invalid_request_error unless noted)
+//
+//   - x-api-key or Authorization: Bearer present (else 401
+//     authentication_error) and anthropic-version present; both skipped with
+//     WithoutAuthCheck.
+//   - anthropic-beta: every header line, split on ",", trimmed. A name is
+//     accepted when it looks like a beta (^[a-z0-9-]+-(\d{4}-\d{2}-\d{2}|\d{8})$) and
+//     is not denied (DefaultDenyBetas plus Options.DenyBetas); otherwise
+//     "Unsupported beta header: <name>". Pattern rather than a list, so the
+//     betas real clients send (Claude Code's claude-code-20250219,
+//     oauth-2025-04-20, interleaved-thinking-2025-05-14, ...) pass without
+//     the fake chasing every new name, while malformed names still fail.
+//   - body is a JSON object (≤ 32 MiB, else 413 request_too_large; a gzip, br
+//     or zstd content-encoding is decoded first); model string; max_tokens
+//     integer ≥ 1 (not for count_tokens); stream boolean; thinking enabled
+//     (budget_tokens ≥ 1024 and < max_tokens) | adaptive | disabled.
+//   - messages non-empty; roles alternate starting with user; content
+//     non-empty except a final assistant turn; every tool_use of an assistant
+//     turn answered by a tool_result with its id in the very next user turn,
+//     the results placed before any other block; no tool_result without its
+//     tool_use; thinking blocks carry thinking and signature.
+//   - tools: custom tools need a name and an input_schema object;
+//     {"type":"memory_20250818","name":"memory"} (name must be memory); other
+//     typed (server) tools need a name; names unique.
+//   - context_management needs the context-management-2025-06-27 beta; edits
+//     of types clear_tool_uses_20250919, clear_thinking_20251015,
+//     compact_20260112 only, with exactly the fields and shapes of spec §2
+//     (unknown fields rejected); each type at most once; clear_thinking first
+//     when several; clear_thinking only with thinking enabled or adaptive.
+//   - thread needs the message-threads-2026-08-12 beta.
+//
+// # Threads
+//
+// {"type":"create"} stores the conversation (system, tools, messages and the
+// assistant reply) under the reply's id. {"type":"continue",
+// "previous_message_id":ID} prepends the stored messages to the request's
+// (tools and system inherited when omitted) and validates the whole. An
+// unknown id is 404 not_found_error with details.error_code
+// "thread_not_found" (as the Go SDK's error codes say); a reply continued
+// before is 400 "thread_already_continued"; a continue racing another from
+// the same id is 400 "thread_continue_in_flight". State is stored before the
+// reply's first byte and dropped again when the reply is cut or ends in an
+// error event (the previous reply then stays continuable). The most recent
+// 10000 threads are kept.
+//
+// # Context editing
+//
+// The fake applies the edits itself on a byte estimate: the prompt is
+// system + tools + messages, Tokens(n) = ceil(n/4). clear_thinking drops the
+// thinking/redacted_thinking blocks of all but the last keep assistant turns
+// (default per model: all for Opus 4.5+, Sonnet 4.6+ and 5.x, else 1).
+// clear_tool_uses (trigger default 100000 input tokens, fires when the
+// estimate is over the value, or when there are more tool uses than the
+// value) clears every tool use not in exclude_tools except the keep (default
+// 3) most recent ones, each freeing its tool_result content (minus
+// ClearedPlaceholder) and, with clear_tool_inputs, its input; not applied if
+// it frees fewer than clear_at_least tokens. applied_edits lists only edits
+// that cleared something ({"applied_edits":[]} when none did, null when the
+// request had no context_management); usage.input_tokens is the estimate
+// after the edits.
+//
+// # Scripting
+//
+// Replies come from the Enqueue FIFO, else the SetResponder function, else
+// the default (one text block "ok"). Script(turns...) is a responder picking
+// turn N when the conversation holds N assistant turns, so one fake serves
+// many concurrent agents deterministically. Block builders: Text, Thinking,
+// RedactedThinking, ToolUse, Memory, MemoryView, MemoryCreate,
+// MemoryStrReplace, MemoryInsert, MemoryDelete, MemoryRename; a tool_use
+// with id "" gets a unique toolu_fake_... id. Faults per Reply: Status/Error
+// (+Header, e.g. retry-after), Delay, EventDelay, CutAfter, Drop,
+// ErrorEvent/ErrorAfter, Encoding. Random faults: WithFaults(Faults{Rate,
+// Seed, Kinds}). Requests returns copies of what was seen, with the
+// thread-resolved conversation and the Outcome.
+//
+// # Control endpoints (JSON)
+//
+//	POST /_fake/script   [Reply...] or {"reset":bool,"replies":[Reply...],"turns":[Reply...]}
+//	                     replies are enqueued; turns become a Script responder.
+//	                     → {"queued":N,"turns":N,"pending":N}
+//	GET  /_fake/requests ?path=/v1/messages&since=SEQ → [RequestJSON...]
+//	POST /_fake/reset    → {"ok":true}
+//	GET  /_fake/options, POST /_fake/options  Options as JSON (fields merge):
+//	     {"text_chunks":3,"ping_every":0,"compress":false,"deny_betas":[],
+//	      "record_limit":0,"no_auth_check":false,"event_delay_ms":0,
+//	      "faults":{"rate":0.1,"seed":1,"kinds":["429","cut"]},"fault_max_delay_ms":200}
+//	GET  /_fake/health   → {"ok":true,"pending":N}
+//
+// A Reply in JSON (every field optional):
+//
+//	{"id":"msg_1","model":"m","text":"shorthand for one text block",
+//	 "content":[{"type":"text","text":"hi"},{"type":"tool_use","name":"memory","input":{...}}],
+//	 "stop_reason":"end_turn","stop_sequence":"","usage":{"input_tokens":1,"output_tokens":2,
+//	 "cache_creation_input_tokens":0,"cache_read_input_tokens":0},
+//	 "applied_edits":[{"type":"clear_tool_uses_20250919","cleared_tool_uses":1,"cleared_input_tokens":9}],
+//	 "status":429,"error":{"type":"rate_limit_error","message":"..."},"header":{"retry-after":"1"},
+//	 "delay_ms":0,"event_delay_ms":0,"text_chunks":3,"cut_after":0,"drop":false,
+//	 "error_event":{"type":"overloaded_error","message":"Overloaded"},"error_after":2,
+//	 "encoding":"gzip"}
+package fakeapi

@@ -1,0 +1,462 @@
+package fakeapi
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/andybalholm/brotli"
+	"github.com/klauspost/compress/zstd"
+	"go.uber.org/zap"
+)
+
+// MaxBodyBytes is the API's request size limit for /v1/messages and count_tokens.
+const MaxBodyBytes = 32 << 20
+
+// Options tune the fake. Set them with New's options or, at run time, with
+// SetOptions (or POST /_fake/options).
+type Options struct {
+	// EventDelay between SSE events (a Reply's own EventDelay wins).
+	EventDelay time.Duration `json:"-"`
+	// TextChunks: pieces per text/thinking/tool input in a stream (default 3).
+	TextChunks int `json:"text_chunks"`
+	// PingEvery sends a ping after every N non-ping events (besides the one
+	// right after message_start); 0 means only that first ping.
+	PingEvery int `json:"ping_every"`
+	// Compress negotiates a content-encoding (zstd, br, gzip, in that
+	// preference) from the request's Accept-Encoding for every reply.
+	Compress bool `json:"compress"`
+	// DenyBetas are beta names rejected even though they look like betas.
+	DenyBetas []string `json:"deny_betas"`
+	// Faults injects random faults (nil or Rate 0: none).
+	Faults *Faults `json:"faults"`
+	// RecordLimit bounds how many requests Requests keeps (the most recent);
+	// 0 means the default 10000, negative means unlimited.
+	RecordLimit int `json:"record_limit"`
+	// NoAuthCheck accepts requests without x-api-key / Authorization and
+	// without anthropic-version.
+	NoAuthCheck bool `json:"no_auth_check"`
+}
+
+// Option configures New.
+type Option func(*API)
+
+// WithOptions replaces the options.
+func WithOptions(o Options) Option { return func(a *API) { a.opts = o } }
+
+// WithLogger logs every request at debug level (and problems at warn).
+func WithLogger(l *zap.Logger) Option { return func(a *API) { a.log = l } }
+
+// WithEventDelay sets Options.EventDelay.
+func WithEventDelay(d time.Duration) Option { return func(a *API) { a.opts.EventDelay = d } }
+
+// WithTextChunks sets Options.TextChunks.
+func WithTextChunks(n int) Option { return func(a *API) { a.opts.TextChunks = n } }
+
+// WithCompress sets Options.Compress.
+func WithCompress(on bool) Option { return func(a *API) { a.opts.Compress = on } }
+
+// WithDenyBetas adds beta names to reject.
+func WithDenyBetas(names ...string) Option {
+	return func(a *API) { a.opts.DenyBetas = append(a.opts.DenyBetas, names...) }
+}
+
+// WithFaults turns on random fault injection.
+func WithFaults(f Faults) Option { return func(a *API) { a.opts.Faults = &f } }
+
+// WithRecordLimit sets Options.RecordLimit.
+func WithRecordLimit(n int) Option { return func(a *API) { a.opts.RecordLimit = n } }
+
+// WithoutAuthCheck sets Options.NoAuthCheck.
+func WithoutAuthCheck() Option { return func(a *API) { a.opts.NoAuthCheck = true } }
+
+// Request is one request the fake saw.
+type Request struct {
+	Seq      int64 // 1-based arrival order
+	Time     time.Time
+	Method   string
+	Path     string
+	RawQuery string
+	Header   http.Header
+	Body     []byte // decoded (content-encoding undone)
+
+	// Filled for /v1/messages and count_tokens when the body parsed.
+	Model             string
+	Stream            bool
+	CountTokens       bool
+	Betas             []string
+	Thread            string // "", "create" or "continue"
+	PreviousMessageID string
+	// Messages is the full conversation: for a thread continue, the stored
+	// messages followed by the request's.
+	Messages []json.RawMessage
+	// Tools is the effective tools array (inherited from the thread when omitted).
+	Tools json.RawMessage
+	// AssistantTurns counts assistant messages in Messages (Script uses it).
+	AssistantTurns int
+
+	// Filled once answered.
+	Status  int
+	ReplyID string
+	Error   *APIError // the error answered, if any
+	Outcome string    // one of the Outcome constants
+}
+
+func (r *Request) clone() Request {
+	c := *r
+	c.Header = r.Header.Clone()
+	c.Body = bytes.Clone(r.Body)
+	c.Betas = append([]string(nil), r.Betas...)
+	c.Messages = append([]json.RawMessage(nil), r.Messages...)
+	if r.Error != nil {
+		e := *r.Error
+		c.Error = &e
+	}
+	return c
+}
+
+// API is the fake Messages API. It is an http.Handler; all methods are safe
+// for concurrent use.
+type API struct {
+	log  *zap.Logger
+	opts Options // guarded by mu; copied per request
+
+	idPrefix string
+	seq      atomic.Int64
+	ids      atomic.Int64
+
+	mu        sync.Mutex
+	queue     []Reply
+	responder func(*Request) Reply
+	reqs      []*Request
+	faults    *faultState
+
+	threads threadStore
+}
+
+// New makes a fake API.
+func New(opts ...Option) *API {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	a := &API{log: zap.NewNop(), idPrefix: hex.EncodeToString(b[:])}
+	for _, o := range opts {
+		o(a)
+	}
+	a.threads.init(10000)
+	a.setFaults(a.opts.Faults)
+	return a
+}
+
+// SetOptions replaces the options at run time.
+func (a *API) SetOptions(o Options) {
+	a.mu.Lock()
+	a.opts = o
+	a.mu.Unlock()
+	a.setFaults(o.Faults)
+}
+
+// CurrentOptions returns the options in force.
+func (a *API) CurrentOptions() Options {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.opts
+}
+
+// Enqueue appends replies to the FIFO served to POST /v1/messages.
+func (a *API) Enqueue(replies ...Reply) {
+	a.mu.Lock()
+	a.queue = append(a.queue, replies...)
+	a.mu.Unlock()
+}
+
+// Pending is the number of queued replies not yet served.
+func (a *API) Pending() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.queue)
+}
+
+// SetResponder sets the function answering when the queue is empty (nil:
+// the default reply). fn is called concurrently.
+func (a *API) SetResponder(fn func(*Request) Reply) {
+	a.mu.Lock()
+	a.responder = fn
+	a.mu.Unlock()
+}
+
+// Requests returns copies of the recorded requests, oldest first.
+func (a *API) Requests() []Request {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]Request, len(a.reqs))
+	for i, r := range a.reqs {
+		out[i] = r.clone()
+	}
+	return out
+}
+
+// LastRequest returns the most recent request to path ("" for any).
+func (a *API) LastRequest(path string) (Request, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := len(a.reqs) - 1; i >= 0; i-- {
+		if path == "" || a.reqs[i].Path == path {
+			return a.reqs[i].clone(), true
+		}
+	}
+	return Request{}, false
+}
+
+// Reset forgets queued replies, the responder, recorded requests and threads.
+// Options stay.
+func (a *API) Reset() {
+	a.mu.Lock()
+	a.queue = nil
+	a.responder = nil
+	a.reqs = nil
+	a.mu.Unlock()
+	a.threads.reset()
+}
+
+func (a *API) record(r *Request) {
+	a.mu.Lock()
+	limit := a.opts.RecordLimit
+	if limit == 0 {
+		limit = 10000
+	}
+	if limit > 0 {
+		if len(a.reqs) >= limit {
+			n := len(a.reqs) - limit + 1
+			copy(a.reqs, a.reqs[n:])
+			clear(a.reqs[len(a.reqs)-n:])
+			a.reqs = a.reqs[:len(a.reqs)-n]
+		}
+		a.reqs = append(a.reqs, r)
+	}
+	a.mu.Unlock()
+}
+
+func (a *API) finish(r *Request, status int, replyID string, e *APIError) {
+	a.mu.Lock()
+	r.Status, r.ReplyID, r.Error = status, replyID, e
+	a.mu.Unlock()
+}
+
+// next picks the reply for a validated request.
+func (a *API) next(r *Request) Reply {
+	a.mu.Lock()
+	if len(a.queue) > 0 {
+		rep := a.queue[0]
+		a.queue[0] = Reply{}
+		a.queue = a.queue[1:]
+		a.mu.Unlock()
+		return rep
+	}
+	fn := a.responder
+	a.mu.Unlock()
+	if fn != nil {
+		return fn(r)
+	}
+	return Reply{}
+}
+
+func (a *API) newID(prefix string) string {
+	return prefix + a.idPrefix + strconv.FormatInt(a.ids.Add(1), 10)
+}
+
+// ServeHTTP routes /v1/messages, /v1/messages/count_tokens, any other /v1/
+// path, and the /_fake/ control endpoints.
+func (a *API) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	reqID := a.newID("req_fake_")
+	w.Header().Set("request-id", reqID)
+	p := req.URL.Path
+	switch {
+	case strings.HasPrefix(p, "/_fake/"):
+		a.serveControl(w, req)
+	case p == "/v1/messages" || p == "/v1/messages/count_tokens":
+		a.serveMessages(w, req, reqID)
+	case strings.HasPrefix(p, "/v1/"):
+		a.servePassthrough(w, req, reqID)
+	default:
+		writeError(w, http.StatusNotFound, &APIError{Type: "not_found_error", Message: "Not found"}, reqID)
+	}
+}
+
+func (a *API) readBody(req *http.Request) ([]byte, int, *APIError) {
+	var buf bytes.Buffer
+	if req.ContentLength > MaxBodyBytes {
+		return nil, 413, &APIError{Type: "request_too_large", Message: "Request exceeds the maximum allowed number of bytes."}
+	}
+	if req.ContentLength > 0 {
+		buf.Grow(int(req.ContentLength))
+	}
+	n, err := buf.ReadFrom(io.LimitReader(req.Body, MaxBodyBytes+1))
+	if err != nil {
+		return nil, 400, &APIError{Type: "invalid_request_error", Message: "could not read request body: " + err.Error()}
+	}
+	if n > MaxBodyBytes {
+		return nil, 413, &APIError{Type: "request_too_large", Message: "Request exceeds the maximum allowed number of bytes."}
+	}
+	body := buf.Bytes()
+	switch enc := strings.ToLower(strings.TrimSpace(req.Header.Get("Content-Encoding"))); enc {
+	case "", "identity":
+	default:
+		dec, err := decodeBody(enc, body)
+		if err != nil {
+			return nil, 400, &APIError{Type: "invalid_request_error", Message: fmt.Sprintf("could not decode %s request body: %v", enc, err)}
+		}
+		body = dec
+	}
+	return body, 0, nil
+}
+
+func decodeBody(enc string, body []byte) ([]byte, error) {
+	var r io.Reader
+	switch enc {
+	case "gzip":
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		r = zr
+	case "br":
+		r = brotli.NewReader(bytes.NewReader(body))
+	case "zstd":
+		zr, err := zstd.NewReader(bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		defer zr.Close()
+		r = zr
+	default:
+		return nil, errors.New("unsupported content-encoding")
+	}
+	out, err := io.ReadAll(io.LimitReader(r, MaxBodyBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(out) > MaxBodyBytes {
+		return nil, errors.New("decoded body too large")
+	}
+	return out, nil
+}
+
+func newRequest(a *API, req *http.Request, body []byte) *Request {
+	return &Request{
+		Seq:      a.seq.Add(1),
+		Time:     time.Now(),
+		Method:   req.Method,
+		Path:     req.URL.Path,
+		RawQuery: req.URL.RawQuery,
+		Header:   req.Header.Clone(),
+		Body:     body,
+	}
+}
+
+// writeError writes the API's error shape.
+func writeError(w http.ResponseWriter, status int, e *APIError, reqID string) {
+	w.Header().Set("Content-Type", "application/json")
+	body := errorBody(e, reqID)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func errorBody(e *APIError, reqID string) []byte {
+	b := make([]byte, 0, 128+len(e.Message))
+	b = append(b, `{"type":"error","error":{"type":`...)
+	b = appendJSONString(b, e.Type)
+	b = append(b, `,"message":`...)
+	b = appendJSONString(b, e.Message)
+	if len(e.Details) > 0 {
+		b = append(b, `,"details":`...)
+		b = append(b, e.Details...)
+	}
+	b = append(b, '}')
+	if reqID != "" {
+		b = append(b, `,"request_id":`...)
+		b = appendJSONString(b, reqID)
+	}
+	return append(b, '}')
+}
+
+func (a *API) servePassthrough(w http.ResponseWriter, req *http.Request, reqID string) {
+	body, st, e := a.readBody(req)
+	r := newRequest(a, req, body)
+	a.record(r)
+	if e != nil {
+		a.finish(r, st, "", e)
+		writeError(w, st, e, reqID)
+		return
+	}
+	var out []byte
+	p := req.URL.Path
+	switch {
+	case req.Method == http.MethodGet && p == "/v1/models":
+		out = []byte(`{"data":[` + modelJSON("claude-sonnet-4-5", "Claude Sonnet 4.5") + `,` +
+			modelJSON("claude-opus-4-8", "Claude Opus 4.8") + `,` + modelJSON("claude-haiku-4-5", "Claude Haiku 4.5") +
+			`],"has_more":false,"first_id":"claude-sonnet-4-5","last_id":"claude-haiku-4-5"}`)
+	case req.Method == http.MethodGet && strings.HasPrefix(p, "/v1/models/"):
+		id := strings.TrimPrefix(p, "/v1/models/")
+		out = []byte(modelJSON(id, id))
+	default:
+		b := []byte(`{"type":"fake_passthrough","method":`)
+		b = appendJSONString(b, req.Method)
+		b = append(b, `,"path":`...)
+		b = appendJSONString(b, p)
+		b = append(b, `,"query":`...)
+		b = appendJSONString(b, req.URL.RawQuery)
+		b = append(b, `,"body_bytes":`...)
+		b = strconv.AppendInt(b, int64(len(body)), 10)
+		out = append(b, '}')
+	}
+	a.finish(r, 200, "", nil)
+	a.writeBody(w, req, "", http.StatusOK, out)
+}
+
+func modelJSON(id, name string) string {
+	return `{"type":"model","id":` + string(mustJSON(id)) + `,"display_name":` + string(mustJSON(name)) +
+		`,"created_at":"2025-09-29T00:00:00Z"}`
+}
+
+// writeBody writes a complete JSON reply, compressed if asked.
+func (a *API) writeBody(w http.ResponseWriter, req *http.Request, forced string, status int, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	enc := a.pickEncoding(req, forced)
+	if enc != "" {
+		zb, err := compress(enc, body)
+		if err == nil {
+			body = zb
+			h.Set("Content-Encoding", enc)
+			h.Add("Vary", "Accept-Encoding")
+		} else {
+			a.log.Warn("fakeapi: compress reply", zap.String("encoding", enc), zap.Error(err))
+		}
+	}
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// jsonIndent is for the control endpoints' human-readable output.
+func jsonIndent(v any) []byte {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return []byte(`{"error":` + string(mustJSON(err.Error())) + `}`)
+	}
+	return append(b, '\n')
+}

@@ -1,0 +1,542 @@
+package fakeapi
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+	"go.uber.org/zap"
+)
+
+// Outcomes recorded in Request.Outcome.
+const (
+	OutcomeOK         = "ok"          // complete reply
+	OutcomeError      = "error"       // error status (validation or scripted)
+	OutcomeDropped    = "dropped"     // connection closed before a reply
+	OutcomeCut        = "cut"         // connection cut mid-reply
+	OutcomeErrorEvent = "error_event" // stream ended with event: error
+	OutcomeCanceled   = "canceled"    // the client went away
+)
+
+func (a *API) serveMessages(w http.ResponseWriter, req *http.Request, reqID string) {
+	countTokens := req.URL.Path == "/v1/messages/count_tokens"
+	a.mu.Lock()
+	opts := a.opts
+	a.mu.Unlock()
+	body, st, e := a.readBody(req)
+	r := newRequest(a, req, body)
+	r.CountTokens = countTokens
+	if e == nil && req.Method != http.MethodPost {
+		st, e = 405, &APIError{Type: "invalid_request_error", Message: "Method " + req.Method + " not allowed; use POST"}
+	}
+	if e != nil {
+		a.record(r)
+		a.answerError(w, req, r, st, e, reqID)
+		return
+	}
+	p, rerr := a.parseRequest(body, req.Header, countTokens, &opts)
+	r.Model, r.Stream, r.Betas = p.model, p.stream, p.betas
+	r.Thread, r.PreviousMessageID = p.thread, p.prevID
+	r.Messages, r.Tools, r.AssistantTurns = p.messages, p.tools, p.assistant
+	a.record(r)
+	if rerr != nil {
+		a.releaseThread(p, false)
+		a.answerError(w, req, r, rerr.status, rerr.err, reqID)
+		return
+	}
+	if countTokens {
+		a.releaseThread(p, false)
+		res := applyEdits(p)
+		out := []byte(`{"input_tokens":` + itoa(res.after) + `,"context_management":`)
+		if p.hasCM {
+			out = append(out, `{"original_input_tokens":`+itoa(res.before)+`}}`...)
+		} else {
+			out = append(out, "null}"...)
+		}
+		a.finish(r, 200, "", nil)
+		a.setOutcome(r, OutcomeOK)
+		a.writeBody(w, req, "", 200, out)
+		return
+	}
+	rep := a.pickReply(r, p.stream)
+	outcome := a.serveReply(w, req, r, p, &rep, &opts, reqID)
+	a.setOutcome(r, outcome)
+	a.log.Debug("fakeapi request", zap.String("path", r.Path), zap.String("model", r.Model),
+		zap.Bool("stream", r.Stream), zap.Int("status", r.Status), zap.String("outcome", outcome))
+}
+
+func (a *API) setOutcome(r *Request, o string) {
+	a.mu.Lock()
+	r.Outcome = o
+	a.mu.Unlock()
+}
+
+func (a *API) answerError(w http.ResponseWriter, req *http.Request, r *Request, status int, e *APIError, reqID string) {
+	a.finish(r, status, "", e)
+	a.setOutcome(r, OutcomeError)
+	a.log.Debug("fakeapi rejected request", zap.String("path", r.Path), zap.Int("status", status), zap.String("message", e.Message))
+	writeError(w, status, e, reqID)
+}
+
+// sleep waits d or until ctx is done (false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// message is a success reply made ready to serve.
+type message struct {
+	id, model, stop, stopSeq string
+	blocks                   []json.RawMessage
+	usage                    Usage
+	cm                       []byte // context_management value: null or {...}
+}
+
+func (a *API) buildMessage(p *parsed, rep *Reply) message {
+	m := message{id: rep.ID, model: rep.Model, stop: rep.StopReason, stopSeq: rep.StopSequence}
+	if m.id == "" {
+		m.id = a.newID("msg_fake_")
+	}
+	if m.model == "" {
+		m.model = p.model
+	}
+	content := rep.Content
+	if content == nil {
+		content = []json.RawMessage{Text("ok")}
+	}
+	m.blocks = make([]json.RawMessage, len(content))
+	hasTool := false
+	outBytes := 0
+	for i, b := range content {
+		if typ := gjson.GetBytes(b, "type").Str; typ == "tool_use" {
+			hasTool = true
+			if gjson.GetBytes(b, "id").Str == "" {
+				if nb, err := sjson.SetBytes(b, "id", a.newID("toolu_fake_")); err == nil {
+					b = nb
+				}
+			}
+		}
+		m.blocks[i] = b
+		outBytes += len(b)
+	}
+	if m.stop == "" {
+		m.stop = "end_turn"
+		if hasTool {
+			m.stop = "tool_use"
+		}
+	}
+	res := applyEdits(p)
+	if rep.Usage != nil {
+		m.usage = *rep.Usage
+	} else {
+		m.usage = Usage{InputTokens: res.after, OutputTokens: max(Tokens(outBytes), 1)}
+	}
+	applied := res.applied
+	if rep.AppliedEdits != nil {
+		applied = rep.AppliedEdits
+	}
+	if applied == nil {
+		m.cm = []byte("null")
+	} else {
+		cm := []byte(`{"applied_edits":[`)
+		for i, e := range applied {
+			if i > 0 {
+				cm = append(cm, ',')
+			}
+			cm = append(cm, e...)
+		}
+		m.cm = append(cm, "]}"...)
+	}
+	return m
+}
+
+func appendUsage(b []byte, u Usage, outputTokens int64) []byte {
+	b = append(b, `{"input_tokens":`...)
+	b = strconv.AppendInt(b, u.InputTokens, 10)
+	b = append(b, `,"cache_creation_input_tokens":`...)
+	b = strconv.AppendInt(b, u.CacheCreationInputTokens, 10)
+	b = append(b, `,"cache_read_input_tokens":`...)
+	b = strconv.AppendInt(b, u.CacheReadInputTokens, 10)
+	b = append(b, `,"output_tokens":`...)
+	b = strconv.AppendInt(b, outputTokens, 10)
+	return append(b, '}')
+}
+
+func appendStopSeq(b []byte, s string) []byte {
+	if s == "" {
+		return append(b, "null"...)
+	}
+	return appendJSONString(b, s)
+}
+
+func (m *message) appendHead(b []byte) []byte {
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, m.id)
+	b = append(b, `,"type":"message","role":"assistant","model":`...)
+	b = appendJSONString(b, m.model)
+	return b
+}
+
+// body is the non-streaming JSON message.
+func (m *message) body() []byte {
+	n := 256 + len(m.cm)
+	for _, b := range m.blocks {
+		n += len(b) + 1
+	}
+	b := m.appendHead(make([]byte, 0, n))
+	b = append(b, `,"content":[`...)
+	for i, blk := range m.blocks {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, blk...)
+	}
+	b = append(b, `],"stop_reason":`...)
+	b = appendJSONString(b, m.stop)
+	b = append(b, `,"stop_sequence":`...)
+	b = appendStopSeq(b, m.stopSeq)
+	b = append(b, `,"usage":`...)
+	b = appendUsage(b, m.usage, m.usage.OutputTokens)
+	b = append(b, `,"context_management":`...)
+	b = append(b, m.cm...)
+	return append(b, '}')
+}
+
+// assistantTurn is the reply as a conversation message (for threads).
+func (m *message) assistantTurn() json.RawMessage {
+	b := []byte(`{"role":"assistant","content":[`)
+	for i, blk := range m.blocks {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, blk...)
+	}
+	return append(b, "]}"...)
+}
+
+// serveReply answers a validated request with rep and returns the outcome.
+func (a *API) serveReply(w http.ResponseWriter, req *http.Request, r *Request, p *parsed, rep *Reply, opts *Options, reqID string) string {
+	ctx := req.Context()
+	if !sleep(ctx, rep.Delay) {
+		a.releaseThread(p, false)
+		a.finish(r, 0, "", nil)
+		return OutcomeCanceled
+	}
+	if rep.Drop {
+		a.releaseThread(p, false)
+		a.finish(r, 0, "", nil)
+		cutConnection(w)
+		return OutcomeDropped
+	}
+	for k, vs := range rep.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	if st, e, isErr := rep.errorParts(); isErr {
+		a.releaseThread(p, false)
+		a.finish(r, st, "", e)
+		a.writeBody(w, req, rep.Encoding, st, errorBody(e, reqID))
+		return OutcomeError
+	}
+	m := a.buildMessage(p, rep)
+	if p.thread != "" {
+		// Stored before the first byte goes out, so a client can continue at once.
+		a.storeThread(p, m.id, m.assistantTurn())
+	}
+	a.finish(r, 200, m.id, nil)
+	var outcome string
+	if p.stream {
+		outcome = a.stream(w, req, &m, rep, opts)
+	} else {
+		outcome = a.writeMessage(w, req, &m, rep)
+	}
+	ok := outcome == OutcomeOK
+	if p.thread != "" && !ok {
+		a.threads.remove(m.id)
+	}
+	a.releaseThread(p, ok)
+	return outcome
+}
+
+func (a *API) writeMessage(w http.ResponseWriter, req *http.Request, m *message, rep *Reply) string {
+	body := m.body()
+	if rep.CutAfter <= 0 {
+		a.writeBody(w, req, rep.Encoding, 200, body)
+		return OutcomeOK
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(200)
+	_, _ = w.Write(body[:len(body)/2])
+	_ = http.NewResponseController(w).Flush()
+	cutConnection(w)
+	return OutcomeCut
+}
+
+// cutConnection closes the client's TCP connection without finishing the
+// response (hijacking it; on HTTP/2 the stream is reset instead).
+func cutConnection(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	_ = conn.Close()
+}
+
+// sse writes one stream's events.
+type sse struct {
+	ctx       context.Context
+	w         io.Writer
+	zw        flushWriter
+	rc        *http.ResponseController
+	buf       []byte // the event being written
+	data      []byte // scratch for a payload
+	delay     time.Duration
+	timer     *time.Timer
+	n         int // events written, pings not counted
+	pingEvery int
+	sinceping int
+	cutAfter  int
+	errAfter  int
+	errEvent  *APIError
+	first     bool
+	stop      string // outcome when the stream ended early
+}
+
+// event writes one event; false means stop (cut, error event, client gone).
+func (s *sse) event(name string, data []byte) bool {
+	if s.stop != "" {
+		return false
+	}
+	if !s.first && s.delay > 0 {
+		s.timer.Reset(s.delay)
+		select {
+		case <-s.timer.C:
+		case <-s.ctx.Done():
+			s.stop = OutcomeCanceled
+			return false
+		}
+	}
+	s.first = false
+	s.buf = append(s.buf[:0], "event: "...)
+	s.buf = append(s.buf, name...)
+	s.buf = append(s.buf, "\ndata: "...)
+	s.buf = append(s.buf, data...)
+	s.buf = append(s.buf, "\n\n"...)
+	if _, err := s.w.Write(s.buf); err != nil {
+		s.stop = OutcomeCanceled
+		return false
+	}
+	if s.zw != nil {
+		_ = s.zw.Flush()
+	}
+	if err := s.rc.Flush(); err != nil {
+		s.stop = OutcomeCanceled
+		return false
+	}
+	if name == "ping" {
+		return true
+	}
+	s.n++
+	if s.cutAfter > 0 && s.n >= s.cutAfter {
+		s.stop = OutcomeCut
+		return false
+	}
+	if s.errEvent != nil && s.n >= s.errAfter {
+		e := s.errEvent
+		s.errEvent = nil
+		s.buf = append(s.buf[:0], "event: error\ndata: "...)
+		s.buf = append(s.buf, errorBody(e, "")...)
+		s.buf = append(s.buf, "\n\n"...)
+		_, _ = s.w.Write(s.buf)
+		if s.zw != nil {
+			_ = s.zw.Flush()
+		}
+		_ = s.rc.Flush()
+		s.stop = OutcomeErrorEvent
+		return false
+	}
+	if s.pingEvery > 0 {
+		s.sinceping++
+		if s.sinceping >= s.pingEvery {
+			s.sinceping = 0
+			return s.event("ping", pingData)
+		}
+	}
+	return true
+}
+
+var pingData = []byte(`{"type":"ping"}`)
+
+func (a *API) stream(w http.ResponseWriter, req *http.Request, m *message, rep *Reply, opts *Options) string {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	s := &sse{ctx: req.Context(), w: w, rc: http.NewResponseController(w), first: true,
+		delay: rep.EventDelay, pingEvery: opts.PingEvery, cutAfter: rep.CutAfter,
+		errAfter: rep.ErrorAfter, errEvent: rep.ErrorEvent}
+	if s.delay == 0 {
+		s.delay = opts.EventDelay
+	}
+	if s.delay > 0 {
+		s.timer = time.NewTimer(time.Hour)
+		s.timer.Stop()
+		defer s.timer.Stop()
+	}
+	chunks := rep.TextChunks
+	if chunks == 0 {
+		chunks = opts.TextChunks
+	}
+	if chunks <= 0 {
+		chunks = 3
+	}
+	if enc := a.pickEncoding(req, rep.Encoding); enc != "" {
+		zw, done, err := newEncoder(enc, w)
+		if err == nil {
+			defer done()
+			s.zw, s.w = zw, zw
+			h.Set("Content-Encoding", enc)
+			h.Add("Vary", "Accept-Encoding")
+		}
+	}
+	w.WriteHeader(200)
+	s.run(m, chunks)
+	switch s.stop {
+	case OutcomeCut:
+		cutConnection(w)
+		return OutcomeCut
+	case "":
+		s.stop = OutcomeOK
+	}
+	if s.zw != nil {
+		_ = s.zw.Close()
+	}
+	return s.stop
+}
+
+func (s *sse) run(m *message, chunks int) {
+	d := m.appendHead(append(s.data[:0], `{"type":"message_start","message":`...))
+	d = append(d, `,"content":[],"stop_reason":null,"stop_sequence":null,"usage":`...)
+	d = appendUsage(d, m.usage, 1)
+	d = append(d, `,"context_management":null}}`...)
+	s.data = d
+	if !s.event("message_start", d) || !s.event("ping", pingData) {
+		return
+	}
+	for i, blk := range m.blocks {
+		if !s.block(i, blk, chunks) {
+			return
+		}
+	}
+	d = append(s.data[:0], `{"type":"message_delta","delta":{"stop_reason":`...)
+	d = appendJSONString(d, m.stop)
+	d = append(d, `,"stop_sequence":`...)
+	d = appendStopSeq(d, m.stopSeq)
+	d = append(d, `},"usage":`...)
+	d = appendUsage(d, m.usage, m.usage.OutputTokens)
+	d = append(d, `,"context_management":`...)
+	d = append(d, m.cm...)
+	s.data = append(d, '}')
+	if !s.event("message_delta", s.data) {
+		return
+	}
+	s.event("message_stop", []byte(`{"type":"message_stop"}`))
+}
+
+func (s *sse) blockStart(i int, start string) bool {
+	d := append(s.data[:0], `{"type":"content_block_start","index":`...)
+	d = strconv.AppendInt(d, int64(i), 10)
+	d = append(d, `,"content_block":`...)
+	d = append(d, start...)
+	s.data = append(d, '}')
+	return s.event("content_block_start", s.data)
+}
+
+func (s *sse) delta(i int, typ, field, value string) bool {
+	d := append(s.data[:0], `{"type":"content_block_delta","index":`...)
+	d = strconv.AppendInt(d, int64(i), 10)
+	d = append(d, `,"delta":{"type":"`...)
+	d = append(d, typ...)
+	d = append(d, `","`...)
+	d = append(d, field...)
+	d = append(d, `":`...)
+	d = appendJSONString(d, value)
+	s.data = append(d, "}}"...)
+	return s.event("content_block_delta", s.data)
+}
+
+func (s *sse) blockStop(i int) bool {
+	d := append(s.data[:0], `{"type":"content_block_stop","index":`...)
+	d = strconv.AppendInt(d, int64(i), 10)
+	s.data = append(d, '}')
+	return s.event("content_block_stop", s.data)
+}
+
+func (s *sse) block(i int, blk json.RawMessage, chunks int) bool {
+	b := gjson.ParseBytes(blk)
+	switch b.Get("type").Str {
+	case "text":
+		if !s.blockStart(i, `{"type":"text","text":""}`) {
+			return false
+		}
+		if t := b.Get("text").Str; t != "" {
+			for _, piece := range splitN(t, chunks) {
+				if !s.delta(i, "text_delta", "text", piece) {
+					return false
+				}
+			}
+		}
+	case "thinking":
+		if !s.blockStart(i, `{"type":"thinking","thinking":"","signature":""}`) {
+			return false
+		}
+		if t := b.Get("thinking").Str; t != "" {
+			for _, piece := range splitN(t, chunks) {
+				if !s.delta(i, "thinking_delta", "thinking", piece) {
+					return false
+				}
+			}
+		}
+		if !s.delta(i, "signature_delta", "signature", b.Get("signature").Str) {
+			return false
+		}
+	case "tool_use", "server_tool_use":
+		start, err := sjson.SetRawBytes(blk, "input", []byte("{}"))
+		if err != nil {
+			start = blk
+		}
+		if !s.blockStart(i, string(start)) {
+			return false
+		}
+		in := b.Get("input").Raw
+		if in == "" {
+			in = "{}"
+		}
+		for _, piece := range splitN(in, chunks) {
+			if !s.delta(i, "input_json_delta", "partial_json", piece) {
+				return false
+			}
+		}
+	default: // redacted_thinking, server tool results, ...: whole block, no deltas
+		if !s.blockStart(i, string(blk)) {
+			return false
+		}
+	}
+	return s.blockStop(i)
+}
