@@ -22,7 +22,11 @@ type Store struct {
 
 	// debounce is how long Watch waits for a burst of file events to end before reloading.
 	debounce time.Duration
-	// reloaded, when set (tests), receives the result of every reload Watch triggers.
+	// maxDelay bounds how long a stream of events can postpone the reload.
+	maxDelay time.Duration
+	// Test hooks: started is called once the folder is watched, reloaded after every reload Watch
+	// triggers.
+	started  func()
 	reloaded func(error)
 }
 
@@ -35,7 +39,7 @@ func NewStore(dir string, log *zap.Logger) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{dir: dir, log: log, debounce: 100 * time.Millisecond}
+	s := &Store{dir: dir, log: log, debounce: 100 * time.Millisecond, maxDelay: time.Second}
 	s.cur.Store(set)
 	return s, nil
 }
@@ -89,9 +93,22 @@ func (s *Store) Watch(ctx context.Context) error {
 	if err := w.Add(s.dir); err != nil {
 		return fmt.Errorf("watch policies %s: %w", s.dir, err)
 	}
+	if s.started != nil {
+		s.started()
+	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	var pendingSince time.Time // first event not yet followed by a reload
+	schedule := func() {
+		now := time.Now()
+		if pendingSince.IsZero() {
+			pendingSince = now
+		}
+		// Wait for the burst to end, but never longer than maxDelay after its first event, so a file
+		// written continuously cannot postpone the reload forever.
+		timer.Reset(min(s.debounce, max(0, s.maxDelay-now.Sub(pendingSince))))
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -101,15 +118,16 @@ func (s *Store) Watch(ctx context.Context) error {
 				return errors.New("watch policies: watcher closed")
 			}
 			s.log.Debug("policy folder changed", zap.String("file", ev.Name), zap.String("op", ev.Op.String()))
-			timer.Reset(s.debounce)
+			schedule()
 		case err, ok := <-w.Errors:
 			if !ok {
 				return errors.New("watch policies: watcher closed")
 			}
 			// An overflow loses events: reload to be sure nothing was missed.
 			s.log.Warn("policy watcher error", zap.Error(err))
-			timer.Reset(s.debounce)
+			schedule()
 		case <-timer.C:
+			pendingSince = time.Time{}
 			err := s.Reload()
 			if s.reloaded != nil {
 				s.reloaded(err)
