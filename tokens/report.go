@@ -1,0 +1,307 @@
+package tokens
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// GroupBy is how report rows are split within each tenant.
+type GroupBy string
+
+const (
+	GroupByModel GroupBy = "model" // one row per tenant and model name as the upstream reported it
+	GroupByDay   GroupBy = "day"   // one row per tenant and UTC day (YYYY-MM-DD)
+)
+
+// ParseGroupBy accepts "model", "day" or "" (model).
+func ParseGroupBy(s string) (GroupBy, error) {
+	switch GroupBy(s) {
+	case "", GroupByModel:
+		return GroupByModel, nil
+	case GroupByDay:
+		return GroupByDay, nil
+	}
+	return "", fmt.Errorf("group_by %q: want model or day", s)
+}
+
+// Totals are the sums over a set of calls.
+type Totals struct {
+	Calls                    int64 `json:"calls"`
+	InputTokens              int64 `json:"input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	ClearedInputTokens       int64 `json:"cleared_input_tokens"`
+	ClearedToolUses          int64 `json:"cleared_tool_uses"`
+	ClearedThinkingTurns     int64 `json:"cleared_thinking_turns"`
+	CostUSD                  Money `json:"cost_usd"`    // of priced calls only
+	SavingsUSD               Money `json:"savings_usd"` // of priced calls only
+	PriceUnknownCalls        int64 `json:"price_unknown_calls"`
+}
+
+// Add adds one call.
+func (t *Totals) Add(c *Call) {
+	t.Calls++
+	t.InputTokens += c.Usage.InputTokens
+	t.OutputTokens += c.Usage.OutputTokens
+	t.CacheCreationInputTokens += c.Usage.CacheCreationInputTokens
+	t.CacheReadInputTokens += c.Usage.CacheReadInputTokens
+	for _, e := range c.Edits {
+		t.ClearedInputTokens += e.ClearedInputTokens
+		t.ClearedToolUses += e.ClearedToolUses
+		t.ClearedThinkingTurns += e.ClearedThinkingTurns
+	}
+	t.CostUSD += c.Cost
+	t.SavingsUSD += c.Savings
+	if c.PriceUnknown {
+		t.PriceUnknownCalls++
+	}
+}
+
+func (t *Totals) addTotals(o *Totals) {
+	t.Calls += o.Calls
+	t.InputTokens += o.InputTokens
+	t.OutputTokens += o.OutputTokens
+	t.CacheCreationInputTokens += o.CacheCreationInputTokens
+	t.CacheReadInputTokens += o.CacheReadInputTokens
+	t.ClearedInputTokens += o.ClearedInputTokens
+	t.ClearedToolUses += o.ClearedToolUses
+	t.ClearedThinkingTurns += o.ClearedThinkingTurns
+	t.CostUSD += o.CostUSD
+	t.SavingsUSD += o.SavingsUSD
+	t.PriceUnknownCalls += o.PriceUnknownCalls
+}
+
+// Row is the totals of one tenant and group (a model name or a day).
+type Row struct {
+	Tenant string `json:"tenant"`
+	Group  string `json:"group"`
+	Totals
+}
+
+// TenantTotals is the totals of one tenant.
+type TenantTotals struct {
+	Tenant string `json:"tenant"`
+	Totals
+}
+
+// Report is the ledger summed per tenant and group.
+type Report struct {
+	GroupBy GroupBy        `json:"group_by"`
+	Tenant  string         `json:"tenant,omitempty"` // the filter, "" for all
+	Since   *time.Time     `json:"since,omitempty"`
+	Until   *time.Time     `json:"until,omitempty"`
+	Rows    []Row          `json:"rows"`    // by tenant, then model name or day
+	Tenants []TenantTotals `json:"tenants"` // by tenant name
+	Total   Totals         `json:"total"`
+}
+
+// BuildReport sums calls per tenant and model (or UTC day). An empty g means model.
+func BuildReport(calls []Call, g GroupBy) Report {
+	if g == "" {
+		g = GroupByModel
+	}
+	type key struct{ tenant, group string }
+	rows := map[key]*Row{}
+	for i := range calls {
+		c := &calls[i]
+		k := key{tenant: c.Tenant, group: c.Model}
+		if g == GroupByDay {
+			k.group = c.Time.UTC().Format(time.DateOnly)
+		}
+		r := rows[k]
+		if r == nil {
+			r = &Row{Tenant: k.tenant, Group: k.group}
+			rows[k] = r
+		}
+		r.Add(c)
+	}
+	rep := Report{GroupBy: g, Rows: make([]Row, 0, len(rows)), Tenants: []TenantTotals{}}
+	for _, r := range rows {
+		rep.Rows = append(rep.Rows, *r)
+	}
+	sort.Slice(rep.Rows, func(i, j int) bool {
+		a, b := rep.Rows[i], rep.Rows[j]
+		if a.Tenant != b.Tenant {
+			return a.Tenant < b.Tenant
+		}
+		return a.Group < b.Group
+	})
+	for i := range rep.Rows {
+		r := &rep.Rows[i]
+		if n := len(rep.Tenants); n == 0 || rep.Tenants[n-1].Tenant != r.Tenant {
+			rep.Tenants = append(rep.Tenants, TenantTotals{Tenant: r.Tenant})
+		}
+		rep.Tenants[len(rep.Tenants)-1].addTotals(&r.Totals)
+		rep.Total.addTotals(&r.Totals)
+	}
+	return rep
+}
+
+// RunReport queries l with f and builds the report.
+func RunReport(ctx context.Context, l Ledger, f Filter, g GroupBy) (Report, error) {
+	calls, err := l.Query(ctx, f)
+	if err != nil {
+		return Report{}, fmt.Errorf("report: %w", err)
+	}
+	r := BuildReport(calls, g)
+	r.Tenant = f.Tenant
+	if !f.Since.IsZero() {
+		s := f.Since.UTC()
+		r.Since = &s
+	}
+	if !f.Until.IsZero() {
+		u := f.Until.UTC()
+		r.Until = &u
+	}
+	return r, nil
+}
+
+// ParseFilter reads report parameters as the admin endpoint and the CLI take them. since and
+// until are RFC 3339 times or YYYY-MM-DD (UTC); a date as until includes that whole day.
+func ParseFilter(tenant, since, until string) (Filter, error) {
+	f := Filter{Tenant: tenant}
+	var err error
+	if since != "" {
+		if f.Since, err = parseReportTime(since, false); err != nil {
+			return Filter{}, fmt.Errorf("since: %w", err)
+		}
+	}
+	if until != "" {
+		if f.Until, err = parseReportTime(until, true); err != nil {
+			return Filter{}, fmt.Errorf("until: %w", err)
+		}
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
+		return Filter{}, fmt.Errorf("since %s is not before until %s", since, until)
+	}
+	return f, nil
+}
+
+func parseReportTime(s string, endOfDay bool) (time.Time, error) {
+	if d, err := time.Parse(time.DateOnly, s); err == nil {
+		if endOfDay {
+			d = d.AddDate(0, 0, 1)
+		}
+		return d, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is neither RFC 3339 (2026-03-01T10:00:00Z) nor a date (2026-03-01)", s)
+	}
+	return t, nil
+}
+
+// WriteReportJSON writes r as indented JSON.
+func WriteReportJSON(w io.Writer, r Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
+}
+
+// WriteReportTable writes r as an aligned table: one line per row, a total line per tenant with
+// more than one row, and a grand total. Amounts are USD rounded to 6 decimals (the JSON form is
+// exact); an amount marked * leaves out calls whose model has no price.
+func WriteReportTable(w io.Writer, r Report) error {
+	groupHdr := "MODEL"
+	if r.GroupBy == GroupByDay {
+		groupHdr = "DAY"
+	}
+	header := []string{"TENANT", groupHdr, "CALLS", "INPUT", "OUTPUT", "CACHE_WRITE", "CACHE_READ",
+		"CLEARED_INPUT", "CLEARED_TOOLS", "CLEARED_THINK", "COST_USD", "SAVINGS_USD"}
+	var lines [][]string
+	cells := func(tenant, group string, t *Totals) []string {
+		mark := "" // keeps the decimals aligned when some amounts are marked
+		if r.Total.PriceUnknownCalls > 0 {
+			mark = " "
+		}
+		if t.PriceUnknownCalls > 0 {
+			mark = "*"
+		}
+		return []string{tenant, group, num(t.Calls), num(t.InputTokens), num(t.OutputTokens),
+			num(t.CacheCreationInputTokens), num(t.CacheReadInputTokens), num(t.ClearedInputTokens),
+			num(t.ClearedToolUses), num(t.ClearedThinkingTurns), t.CostUSD.Fixed(6) + mark, t.SavingsUSD.Fixed(6) + mark}
+	}
+	rowsOf := map[string]int{}
+	for _, row := range r.Rows {
+		rowsOf[row.Tenant]++
+	}
+	ti := 0
+	for i := range r.Rows {
+		row := &r.Rows[i]
+		lines = append(lines, cells(row.Tenant, row.Group, &row.Totals))
+		last := i == len(r.Rows)-1 || r.Rows[i+1].Tenant != row.Tenant
+		if last {
+			for ti < len(r.Tenants) && r.Tenants[ti].Tenant != row.Tenant {
+				ti++
+			}
+			if ti < len(r.Tenants) && rowsOf[row.Tenant] > 1 {
+				lines = append(lines, cells(row.Tenant, "(all)", &r.Tenants[ti].Totals))
+			}
+		}
+	}
+	lines = append(lines, cells("TOTAL", "", &r.Total))
+
+	width := make([]int, len(header))
+	for _, l := range append([][]string{header}, lines...) {
+		for i, c := range l {
+			width[i] = max(width[i], utf8.RuneCountInString(c))
+		}
+	}
+	var b strings.Builder
+	writeLine := func(l []string) {
+		var line strings.Builder
+		for i, c := range l {
+			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c))
+			if i < 2 { // text columns left-aligned
+				line.WriteString(c + pad)
+			} else {
+				line.WriteString(pad + c)
+			}
+			line.WriteString("  ")
+		}
+		b.WriteString(strings.TrimRight(line.String(), " "))
+		b.WriteString("\n")
+	}
+	writeLine(header)
+	for _, l := range lines {
+		writeLine(l)
+	}
+	if r.Total.PriceUnknownCalls > 0 {
+		fmt.Fprintf(&b, "* %s call(s) of models without a price in prices.yaml are not in COST_USD or SAVINGS_USD.\n", num(r.Total.PriceUnknownCalls))
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
+}
+
+// num renders n with thousands separators: 1234567 → 1,234,567.
+func num(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	if neg {
+		s = s[1:]
+	}
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
