@@ -2,14 +2,15 @@ package memoryhook
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
-	"sync"
 	"time"
 )
 
@@ -40,8 +41,6 @@ func continuationName(tenant, replyID string) (string, error) {
 	return path.Join(continuationDir, tenant, hex.EncodeToString(sum[:16])), nil
 }
 
-var sweepMu sync.Mutex
-
 // PutContinuation implements Continuations. The file is written atomically
 // (temp file, fsync, rename) like every memory file.
 func (s *FileStore) PutContinuation(ctx context.Context, tenant, replyID string, data []byte, ttl time.Duration) error {
@@ -59,8 +58,10 @@ func (s *FileStore) PutContinuation(ctx context.Context, tenant, replyID string,
 	buf := make([]byte, 8, 8+len(data))
 	binary.BigEndian.PutUint64(buf, uint64(time.Now().Add(ttl).UnixNano()))
 	buf = append(buf, data...)
-	tmp := name + ".tmp-" + hex.EncodeToString(randomBytes(6))
-	f, err := root.OpenFile(tmp, 0o1|0o100|0o1000, 0o600) // O_WRONLY|O_CREATE|O_TRUNC
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	tmp := name + ".tmp-" + hex.EncodeToString(rnd[:])
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("continuation: %w", err)
 	}
@@ -78,7 +79,9 @@ func (s *FileStore) PutContinuation(ctx context.Context, tenant, replyID string,
 		root.Remove(tmp)
 		return fmt.Errorf("continuation: %w", werr)
 	}
-	s.sweepContinuations(tenant)
+	if rnd[0] < 4 { // about one put in 64
+		s.sweepContinuations(tenant)
+	}
 	return nil
 }
 
@@ -105,16 +108,9 @@ func (s *FileStore) GetContinuation(ctx context.Context, tenant, replyID string)
 	return b[8:], nil
 }
 
-// sweepContinuations drops a tenant's expired continuations, at most once a
-// minute, so abandoned threads do not pile up.
+// sweepContinuations drops a tenant's expired continuations, so abandoned
+// threads do not pile up.
 func (s *FileStore) sweepContinuations(tenant string) {
-	sweepMu.Lock()
-	if time.Since(s.lastSweep) < time.Minute {
-		sweepMu.Unlock()
-		return
-	}
-	s.lastSweep = time.Now()
-	sweepMu.Unlock()
 	dir := path.Join(continuationDir, tenant)
 	d, err := s.b.root.Open(dir)
 	if err != nil {

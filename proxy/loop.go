@@ -209,7 +209,7 @@ func (x *exchange) servePlain() {
 			if others == 0 {
 				stop = "pause_turn"
 			}
-			x.keepPending(ctx, replyID, results)
+			x.saveContinuation(ctx, replyID, replyID, results)
 			x.finishPlain(resp, reply, round, shown, client, sum, stop)
 			return
 		}
@@ -246,7 +246,3 @@ func (x *exchange) finishPlain(resp *http.Response, reply []byte, round int, sho
 	}
 	x.writeReply(resp, setUsage(out, "usage", sum))
 }
-
-// keepPending is the hook for thread continuations: results the client's
-// next continue must carry (issue 9). Full-history requests need nothing.
-func (x *exchange) keepPending(ctx context.Context, replyID string, results []byte) {}

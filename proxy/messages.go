@@ -117,6 +117,10 @@ func (x *exchange) readAndRewrite(countTokens bool) bool {
 			return false
 		}
 		x.body, x.info = nb, info
+		if x.body, err = x.applyContinuation(r.Context(), x.body); err != nil {
+			x.fail(http.StatusServiceUnavailable, "api_error", "memory store unavailable: "+err.Error())
+			return false
+		}
 	} else if !gjson.ValidBytes(body) {
 		x.fail(http.StatusBadRequest, "invalid_request_error", "request body is not valid JSON")
 		return false

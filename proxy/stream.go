@@ -105,6 +105,7 @@ func (x *exchange) serveStream() {
 	body := x.body
 	next := 0 // next client block index
 	var sum tokens.Usage
+	clientID := "" // the reply id the client saw in message_start
 	started := false
 	for i := 0; ; i++ {
 		uctx, cancel := context.WithCancel(ctx)
@@ -148,6 +149,9 @@ func (x *exchange) serveStream() {
 		ir := newIdleReader(resp.Body, x.s.cfg.StreamIdleTimeout, cancel)
 		rd := &round{}
 		err = x.relay(newSSEReader(ir), sw, rd, i, &next)
+		if i == 0 {
+			clientID = rd.id
+		}
 		ir.Close()
 		cancel()
 		x.upDur += time.Since(t0)
@@ -182,7 +186,7 @@ func (x *exchange) serveStream() {
 				}
 				continue
 			}
-			x.keepPending(ctx, rd.id, results)
+			x.saveContinuation(ctx, clientID, rd.id, results)
 			stop := "tool_use"
 			if rd.others == 0 {
 				stop = "pause_turn"
@@ -190,6 +194,7 @@ func (x *exchange) serveStream() {
 			x.endStream(sw, rd, i, sum, stop)
 			return
 		}
+		x.saveContinuation(ctx, clientID, rd.id, nil)
 		x.endStream(sw, rd, i, sum, "")
 		return
 	}
