@@ -54,13 +54,29 @@ func adminTokenFrom(r *http.Request) (string, bool) {
 	return "", false
 }
 
-// ReportHandler serves GET /admin/report?tenant=&since=&until=&group_by=model|day as JSON
-// (see Report), behind RequireAdminToken(adminToken). Bad parameters get 400
-// invalid_request_error; a ledger failure 500 api_error (logged).
-func ReportHandler(l Ledger, adminToken string, log *zap.Logger) http.Handler {
-	if log == nil {
-		log = zap.NewNop()
+// HandlerOption configures ReportHandler.
+type HandlerOption func(*handlerConfig)
+
+type handlerConfig struct{ log *zap.Logger }
+
+// WithLogger logs ledger failures of the handler to log.
+func WithLogger(log *zap.Logger) HandlerOption {
+	return func(c *handlerConfig) {
+		if log != nil {
+			c.log = log
+		}
 	}
+}
+
+// ReportHandler serves GET /admin/report?tenant=&since=&until=&group_by=model|day as JSON
+// (see Report), behind RequireAdminToken(adminToken): an empty token disables it (404).
+// Bad parameters get 400 invalid_request_error; a ledger failure 500 api_error (logged).
+func ReportHandler(l Ledger, adminToken string, opts ...HandlerOption) http.Handler {
+	cfg := handlerConfig{log: zap.NewNop()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	log := cfg.log
 	return RequireAdminToken(adminToken, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")

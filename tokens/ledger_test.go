@@ -242,7 +242,7 @@ func TestOpenLedgerSpecs(t *testing.T) {
 func TestRecorderWritesLedgerAndMetrics(t *testing.T) {
 	ctx := context.Background()
 	p := shippedPrices(t)
-	m := NewMetrics([]string{"acme"}, p)
+	m := NewMetrics([]string{"acme"}, p.Models())
 	l, err := OpenFileLedger(filepath.Join(t.TempDir(), "l.jsonl"))
 	if err != nil {
 		t.Fatal(err)
@@ -375,7 +375,7 @@ func (discardLedger) Close() error                                  { return nil
 
 func BenchmarkRecord(b *testing.B) {
 	p := shippedPrices(b)
-	m := NewMetrics([]string{"acme"}, p)
+	m := NewMetrics([]string{"acme"}, p.Models())
 	r := NewRecorder(p, m, discardLedger{}, zap.NewNop(), WithQueueSize(1<<16))
 	defer r.Close(context.Background())
 	c := Call{Time: t0, Tenant: "acme", Model: "claude-sonnet-4-5-20250929", RequestID: "req_1", Status: 200,
@@ -401,5 +401,38 @@ func BenchmarkFileLedgerAppend(b *testing.B) {
 		if err := l.Append(ctx, c); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestRecorderLiteralAndSetPrices(t *testing.T) {
+	ctx := context.Background()
+	l, err := OpenFileLedger(filepath.Join(t.TempDir(), "l.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	m := NewMetrics([]string{"acme"}, nil)
+	r := &Recorder{Metrics: m, Ledger: l} // no prices yet: unknown
+	if c := r.Record(ctx, Call{Tenant: "acme", Model: "claude-opus-4-8", Usage: Usage{OutputTokens: 1000}}); !c.PriceUnknown {
+		t.Errorf("priced without prices: %+v", c)
+	}
+	r.SetPrices(shippedPrices(t))
+	if c := r.Record(ctx, Call{Tenant: "acme", Model: "claude-opus-4-8", Usage: Usage{OutputTokens: 1000}}); c.PriceUnknown || c.Cost.String() != "0.025" {
+		t.Errorf("after SetPrices: %+v", c)
+	}
+	if err := r.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	calls, _ := l.Query(ctx, Filter{})
+	if len(calls) != 2 {
+		t.Fatalf("ledger has %d calls", len(calls))
+	}
+	if got := testutil.ToFloat64(m.tokensTotal.WithLabelValues("acme", "claude-opus-4-8", "output")); got != 1000 {
+		t.Errorf("after SetPrices the model label is known: %v", got)
+	}
+	var nothing Recorder // no ledger at all: Record and Close still work
+	nothing.Record(ctx, Call{})
+	if err := nothing.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

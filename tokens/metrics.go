@@ -2,6 +2,7 @@ package tokens
 
 import (
 	"net/http"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -37,7 +38,7 @@ type Metrics struct {
 	ledgerDropped   prometheus.Counter
 
 	tenants atomic.Pointer[map[string]struct{}]
-	prices  atomic.Pointer[Prices]
+	models  atomic.Pointer[modelSet]
 
 	mu       sync.RWMutex
 	children map[[2]string]*pairChildren   // (tenant, model) labels
@@ -82,9 +83,16 @@ func editIndex(t string) int {
 	return 2
 }
 
-// NewMetrics builds the metrics with their own registry. tenants are the known tenant names;
-// prices gives the model labels (nil: every model is "other"). Both can be replaced later.
-func NewMetrics(tenants []string, prices *Prices) *Metrics {
+// modelSet is the bounded set of model labels.
+type modelSet struct {
+	exact map[string]struct{}
+	byLen []string // longest first
+}
+
+// NewMetrics builds the metrics with their own registry. tenants are the known tenant names,
+// models the model labels (Prices.Models: exact names and prefixes, matched like prices.yaml
+// entries); anything else is "other". Both can be replaced later (SetTenants, SetModels).
+func NewMetrics(tenants, models []string) *Metrics {
 	m := &Metrics{
 		reg:      prometheus.NewRegistry(),
 		children: map[[2]string]*pairChildren{},
@@ -144,7 +152,7 @@ func NewMetrics(tenants []string, prices *Prices) *Metrics {
 		f(c)
 	}
 	m.SetTenants(tenants)
-	m.SetPrices(prices)
+	m.SetModels(models)
 	return m
 }
 
@@ -165,8 +173,21 @@ func (m *Metrics) SetTenants(tenants []string) {
 	m.tenants.Store(&set)
 }
 
-// SetPrices replaces the prices whose entries are the model labels.
-func (m *Metrics) SetPrices(p *Prices) { m.prices.Store(p) }
+// SetModels replaces the model labels (e.g. Prices.Models after reloading prices.yaml).
+func (m *Metrics) SetModels(models []string) {
+	ms := &modelSet{exact: make(map[string]struct{}, len(models))}
+	for _, mo := range models {
+		if mo == "" || mo == OtherLabel {
+			continue
+		}
+		if _, dup := ms.exact[mo]; !dup {
+			ms.exact[mo] = struct{}{}
+			ms.byLen = append(ms.byLen, mo)
+		}
+	}
+	sort.SliceStable(ms.byLen, func(i, j int) bool { return len(ms.byLen[i]) > len(ms.byLen[j]) })
+	m.models.Store(ms)
+}
 
 // TenantLabel is t when it is a known tenant, else "other".
 func (m *Metrics) TenantLabel(t string) string {
@@ -176,9 +197,19 @@ func (m *Metrics) TenantLabel(t string) string {
 	return OtherLabel
 }
 
-// ModelLabel is the model's price entry label (exact name or prefix), else "other".
+// ModelLabel is model itself when it is a label, else the longest label that is a prefix of
+// it as prices.yaml prefixes match (followed by '-' or '@'), else "other".
 func (m *Metrics) ModelLabel(model string) string {
-	return m.prices.Load().Label(model)
+	ms := m.models.Load()
+	if _, ok := ms.exact[model]; ok {
+		return model
+	}
+	for _, l := range ms.byLen {
+		if prefixMatch(model, l) {
+			return l
+		}
+	}
+	return OtherLabel
 }
 
 func (m *Metrics) pair(tenant, model string) *pairChildren {

@@ -13,7 +13,7 @@ import (
 
 func TestMetricsCountCalls(t *testing.T) {
 	p := shippedPrices(t)
-	m := NewMetrics([]string{"acme", "beta"}, p)
+	m := NewMetrics([]string{"acme", "beta"}, p.Models())
 	calls := []Call{
 		{Tenant: "acme", Model: "claude-sonnet-4-5-20250929", Status: 200,
 			Usage: Usage{InputTokens: 1000, OutputTokens: 100, CacheCreationInputTokens: 10, CacheReadInputTokens: 5000},
@@ -59,7 +59,7 @@ func TestMetricsCountCalls(t *testing.T) {
 }
 
 func TestMetricsRequestsAndMemory(t *testing.T) {
-	m := NewMetrics([]string{"acme"}, shippedPrices(t))
+	m := NewMetrics([]string{"acme"}, shippedPrices(t).Models())
 	m.ObserveRequest("acme", "claude-opus-4-8", 200, 2*time.Second, 3*time.Millisecond)
 	m.ObserveRequest("acme", "claude-opus-4-8", 200, time.Second, time.Millisecond)
 	m.ObserveRequest("nobody", "claude-opus-4-8", 429, 0, 0)
@@ -132,7 +132,7 @@ func TestMetricsSetTenantsOnReload(t *testing.T) {
 	m := NewMetrics(nil, nil)
 	m.ObserveCall(&Call{Tenant: "newco", Model: "claude-opus-4-8", Usage: Usage{InputTokens: 1}})
 	m.SetTenants([]string{"newco"})
-	m.SetPrices(shippedPrices(t))
+	m.SetModels(shippedPrices(t).Models())
 	m.ObserveCall(&Call{Tenant: "newco", Model: "claude-opus-4-8", Usage: Usage{InputTokens: 2}})
 	if got := testutil.ToFloat64(m.tokensTotal.WithLabelValues("other", "other", "input")); got != 1 {
 		t.Errorf("before reload: %v", got)
@@ -165,7 +165,7 @@ func TestMetricsHandlerServesOwnRegistry(t *testing.T) {
 
 func BenchmarkObserveCall(b *testing.B) {
 	p := shippedPrices(b)
-	m := NewMetrics([]string{"acme"}, p)
+	m := NewMetrics([]string{"acme"}, p.Models())
 	c := Call{Tenant: "acme", Model: "claude-sonnet-4-5-20250929", Status: 200, Usage: Usage{InputTokens: 1000, OutputTokens: 100, CacheReadInputTokens: 5000},
 		Edits: []AppliedEdit{{Type: EditClearToolUses, ClearedToolUses: 3, ClearedInputTokens: 9000}}}
 	p.Price(&c)

@@ -229,8 +229,9 @@ func (p *Prices) Label(model string) string {
 	return OtherLabel
 }
 
-// Labels lists the metrics labels of all entries, in file order.
-func (p *Prices) Labels() []string {
+// Models lists the labels of all entries (model names and prefixes) in file order, for
+// NewMetrics.
+func (p *Prices) Models() []string {
 	if p == nil {
 		return nil
 	}

@@ -115,8 +115,8 @@ func TestLookupPrecedence(t *testing.T) {
 			}
 		})
 	}
-	if got := strings.Join(p.Labels(), ","); got != "claude-x,claude-x-big,claude-x-big-exact" {
-		t.Errorf("Labels() = %s", got)
+	if got := strings.Join(p.Models(), ","); got != "claude-x,claude-x-big,claude-x-big-exact" {
+		t.Errorf("Models() = %s", got)
 	}
 }
 

@@ -11,85 +11,107 @@ import (
 )
 
 // Recorder prices each upstream call, counts it in the metrics and hands it to the ledger.
+//
 // Ledger writes happen on one writer goroutine behind a bounded queue, so a slow or failing
 // ledger never holds up a request: when the queue is full the record is dropped, counted in
-// ctxproxy_ledger_dropped_total and logged (the first time, then every 1000th); a failed write is
-// counted in ctxproxy_ledger_errors_total and logged, and the Recorder keeps serving.
+// ctxproxy_ledger_dropped_total and logged (the first time, then every 1000th); a failed write
+// (full disk, database down) is counted in ctxproxy_ledger_errors_total and logged, and the
+// Recorder keeps serving.
+//
+// Build it as a literal or with NewRecorder; set the fields before the first Record and do not
+// change them afterwards (use SetPrices to swap prices). Call Close before closing the Ledger,
+// or queued records are lost.
 type Recorder struct {
-	prices  atomic.Pointer[Prices]
-	metrics *Metrics
-	ledger  Ledger
-	log     *zap.Logger
-	timeout time.Duration
+	Prices  *Prices     // nil: every call is price-unknown
+	Metrics *Metrics    // nil: no metrics
+	Ledger  Ledger      // nil: no ledger
+	Log     *zap.Logger // nil: no logging
 
-	mu     sync.RWMutex // guards closed against sends on the closed queue
-	closed bool
-	queue  chan Call
-	done   chan struct{}
+	QueueSize     int           // records that may wait for the ledger; default 8192
+	AppendTimeout time.Duration // bound on each ledger write; default 5s
+
+	prices atomic.Pointer[Prices] // set by SetPrices, wins over Prices
+
+	startOnce sync.Once
+	mu        sync.RWMutex // guards closed against sends on the closed queue
+	closed    bool
+	queue     chan Call
+	done      chan struct{}
 
 	dropped atomic.Int64
 	failed  atomic.Int64
 }
 
-// RecorderOption configures a Recorder.
+// RecorderOption configures NewRecorder.
 type RecorderOption func(*Recorder)
 
-// WithQueueSize sets how many records may wait for the ledger (default 8192).
-func WithQueueSize(n int) RecorderOption {
-	return func(r *Recorder) {
-		if n > 0 {
-			r.queue = make(chan Call, n)
-		}
-	}
-}
+// WithQueueSize sets Recorder.QueueSize.
+func WithQueueSize(n int) RecorderOption { return func(r *Recorder) { r.QueueSize = n } }
 
-// WithAppendTimeout bounds each ledger write (default 5s).
+// WithAppendTimeout sets Recorder.AppendTimeout.
 func WithAppendTimeout(d time.Duration) RecorderOption {
-	return func(r *Recorder) {
-		if d > 0 {
-			r.timeout = d
-		}
-	}
+	return func(r *Recorder) { r.AppendTimeout = d }
 }
 
-// NewRecorder starts a Recorder. Any of prices, metrics, ledger and log may be nil: no prices
-// marks every call price-unknown, no metrics or ledger skips them. Call Close to flush.
+// NewRecorder is &Recorder{Prices: prices, Metrics: metrics, Ledger: ledger, Log: log} with opts.
 func NewRecorder(prices *Prices, metrics *Metrics, ledger Ledger, log *zap.Logger, opts ...RecorderOption) *Recorder {
-	if log == nil {
-		log = zap.NewNop()
-	}
-	r := &Recorder{metrics: metrics, ledger: ledger, log: log, timeout: 5 * time.Second,
-		queue: make(chan Call, 8192), done: make(chan struct{})}
+	r := &Recorder{Prices: prices, Metrics: metrics, Ledger: ledger, Log: log}
 	for _, o := range opts {
 		o(r)
 	}
-	r.prices.Store(prices)
-	go r.write()
+	r.start()
 	return r
 }
 
-// SetPrices replaces the prices (e.g. after editing prices.yaml); also the metrics' model labels.
+func (r *Recorder) start() {
+	r.startOnce.Do(func() {
+		if r.Log == nil {
+			r.Log = zap.NewNop()
+		}
+		if r.QueueSize <= 0 {
+			r.QueueSize = 8192
+		}
+		if r.AppendTimeout <= 0 {
+			r.AppendTimeout = 5 * time.Second
+		}
+		r.queue = make(chan Call, r.QueueSize)
+		r.done = make(chan struct{})
+		if r.Ledger == nil {
+			close(r.done)
+			return
+		}
+		go r.write()
+	})
+}
+
+// SetPrices replaces the prices (e.g. after editing prices.yaml) and the metrics' model labels.
 func (r *Recorder) SetPrices(p *Prices) {
 	r.prices.Store(p)
-	if r.metrics != nil {
-		r.metrics.SetPrices(p)
+	if r.Metrics != nil {
+		r.Metrics.SetModels(p.Models())
 	}
 }
 
-// Prices is the prices in use.
-func (r *Recorder) Prices() *Prices { return r.prices.Load() }
+// CurrentPrices is the prices in use.
+func (r *Recorder) CurrentPrices() *Prices {
+	if p := r.prices.Load(); p != nil {
+		return p
+	}
+	return r.Prices
+}
 
 // Record prices c, counts it and queues it for the ledger; it returns the priced call.
 // A zero c.Time is set to now. It never blocks on the ledger.
 func (r *Recorder) Record(ctx context.Context, c Call) Call {
+	r.start()
 	if c.Time.IsZero() {
 		c.Time = time.Now()
 	}
-	r.prices.Load().Price(&c)
-	if r.metrics != nil {
-		r.metrics.ObserveCall(&c)
+	r.CurrentPrices().Price(&c)
+	if r.Metrics != nil {
+		r.Metrics.ObserveCall(&c)
 	}
-	if r.ledger == nil {
+	if r.Ledger == nil {
 		return c
 	}
 	r.mu.RLock()
@@ -110,11 +132,11 @@ func (r *Recorder) Record(ctx context.Context, c Call) Call {
 
 func (r *Recorder) drop(c Call, why string) {
 	n := r.dropped.Add(1)
-	if r.metrics != nil {
-		r.metrics.LedgerDropped()
+	if r.Metrics != nil {
+		r.Metrics.LedgerDropped()
 	}
 	if n%1000 == 1 {
-		r.log.Warn("ledger record dropped", zap.String("reason", why), zap.Int64("dropped_total", n),
+		r.Log.Warn("ledger record dropped", zap.String("reason", why), zap.Int64("dropped_total", n),
 			zap.String("tenant", c.Tenant), zap.String("request_id", c.RequestID))
 	}
 }
@@ -122,15 +144,15 @@ func (r *Recorder) drop(c Call, why string) {
 func (r *Recorder) write() {
 	defer close(r.done)
 	for c := range r.queue {
-		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-		err := r.ledger.Append(ctx, c)
+		ctx, cancel := context.WithTimeout(context.Background(), r.AppendTimeout)
+		err := r.Ledger.Append(ctx, c)
 		cancel()
 		if err != nil {
 			n := r.failed.Add(1)
-			if r.metrics != nil {
-				r.metrics.LedgerError()
+			if r.Metrics != nil {
+				r.Metrics.LedgerError()
 			}
-			r.log.Error("ledger write failed", zap.Error(err), zap.Int64("failed_total", n),
+			r.Log.Error("ledger write failed", zap.Error(err), zap.Int64("failed_total", n),
 				zap.String("tenant", c.Tenant), zap.String("request_id", c.RequestID))
 		}
 	}
@@ -143,8 +165,9 @@ func (r *Recorder) Dropped() int64 { return r.dropped.Load() }
 func (r *Recorder) Failed() int64 { return r.failed.Load() }
 
 // Close stops taking records and waits until the queued ones are written or ctx is done.
-// It does not close the ledger, which report queries may still use.
+// It does not close the Ledger, which report queries may still use.
 func (r *Recorder) Close(ctx context.Context) error {
+	r.start()
 	r.mu.Lock()
 	if !r.closed {
 		r.closed = true

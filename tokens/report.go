@@ -12,17 +12,15 @@ import (
 	"unicode/utf8"
 )
 
-// GroupBy is how report rows are split within each tenant.
-type GroupBy string
-
+// How report rows are split within each tenant.
 const (
-	GroupByModel GroupBy = "model" // one row per tenant and model name as the upstream reported it
-	GroupByDay   GroupBy = "day"   // one row per tenant and UTC day (YYYY-MM-DD)
+	GroupByModel = "model" // one row per tenant and model name as the upstream reported it
+	GroupByDay   = "day"   // one row per tenant and UTC day (YYYY-MM-DD)
 )
 
 // ParseGroupBy accepts "model", "day" or "" (model).
-func ParseGroupBy(s string) (GroupBy, error) {
-	switch GroupBy(s) {
+func ParseGroupBy(s string) (string, error) {
+	switch s {
 	case "", GroupByModel:
 		return GroupByModel, nil
 	case GroupByDay:
@@ -94,7 +92,7 @@ type TenantTotals struct {
 
 // Report is the ledger summed per tenant and group.
 type Report struct {
-	GroupBy GroupBy        `json:"group_by"`
+	GroupBy string         `json:"group_by"`
 	Tenant  string         `json:"tenant,omitempty"` // the filter, "" for all
 	Since   *time.Time     `json:"since,omitempty"`
 	Until   *time.Time     `json:"until,omitempty"`
@@ -103,10 +101,12 @@ type Report struct {
 	Total   Totals         `json:"total"`
 }
 
-// BuildReport sums calls per tenant and model (or UTC day). An empty g means model.
-func BuildReport(calls []Call, g GroupBy) Report {
-	if g == "" {
-		g = GroupByModel
+// BuildReport sums calls per tenant and model, or per tenant and UTC day when groupBy is "day"
+// (anything else means model; check user input with ParseGroupBy).
+func BuildReport(calls []Call, groupBy string) Report {
+	g := GroupByModel
+	if groupBy == GroupByDay {
+		g = GroupByDay
 	}
 	type key struct{ tenant, group string }
 	rows := map[key]*Row{}
@@ -146,12 +146,12 @@ func BuildReport(calls []Call, g GroupBy) Report {
 }
 
 // RunReport queries l with f and builds the report.
-func RunReport(ctx context.Context, l Ledger, f Filter, g GroupBy) (Report, error) {
+func RunReport(ctx context.Context, l Ledger, f Filter, groupBy string) (Report, error) {
 	calls, err := l.Query(ctx, f)
 	if err != nil {
 		return Report{}, fmt.Errorf("report: %w", err)
 	}
-	r := BuildReport(calls, g)
+	r := BuildReport(calls, groupBy)
 	r.Tenant = f.Tenant
 	if !f.Since.IsZero() {
 		s := f.Since.UTC()

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata golden files")
@@ -246,9 +248,9 @@ func TestReportHandler(t *testing.T) {
 		}
 	}
 	const token = "s3cret-admin-token"
-	enabled := httptest.NewServer(ReportHandler(l, token, nil))
+	enabled := httptest.NewServer(ReportHandler(l, token, WithLogger(zap.NewNop())))
 	defer enabled.Close()
-	disabled := httptest.NewServer(ReportHandler(l, "", nil))
+	disabled := httptest.NewServer(ReportHandler(l, ""))
 	defer disabled.Close()
 
 	tests := []struct {
