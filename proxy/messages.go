@@ -91,6 +91,10 @@ func (x *exchange) readAndRewrite(countTokens bool) bool {
 		x.fail(http.StatusBadRequest, "invalid_request_error", "could not read request body: "+err.Error())
 		return false
 	}
+	if err := checkBody(body); err != nil {
+		x.fail(http.StatusBadRequest, "invalid_request_error", err.Error())
+		return false
+	}
 	key := apiKey(r.Header)
 	x.keyID = keyID(key)
 	set := s.cfg.Policies.Current()

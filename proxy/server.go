@@ -230,3 +230,17 @@ func keyID(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:4])
 }
+
+// NewHTTPServer wraps h in the http.Server ctxproxy listens with: bounded
+// header and body read times (a slow-body client is cut off and cannot hold
+// a connection forever), and no write timeout, since streams run long.
+func NewHTTPServer(h http.Handler, log *zap.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       2 * time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+		ErrorLog:          zap.NewStdLog(log.Named("http")),
+	}
+}
