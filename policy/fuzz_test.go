@@ -1,0 +1,85 @@
+package policy
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+// fuzzPolicies covers every mode combination the rewriter branches on.
+var fuzzPolicies = func() []*Policy {
+	var out []*Policy
+	for _, cm := range []string{"enforce", "default", "off"} {
+		for _, mem := range []string{"proxy", "inject", "off"} {
+			y := "tenant: f\ncontext_management:\n  mode: " + cm +
+				"\n  clear_thinking: {keep: all}\n  clear_tool_uses: {trigger: {type: input_tokens, value: 100}, exclude_tools: [x]}\nmemory: {mode: " + mem + "}\n"
+			p, err := Parse("fuzz.yaml", []byte(y))
+			if err != nil {
+				panic(err)
+			}
+			out = append(out, p)
+		}
+	}
+	none, err := Parse("fuzz.yaml", []byte("tenant: f\ncontext_management: {mode: enforce}\nmemory: {mode: proxy}\n"))
+	if err != nil {
+		panic(err)
+	}
+	return append(out, none)
+}()
+
+// FuzzRewrite: Rewrite never panics; whenever the input was a valid JSON object and Rewrite accepts
+// it, the output is valid JSON, the members the rules do not own are unchanged, and a second
+// rewrite changes nothing more.
+func FuzzRewrite(f *testing.F) {
+	files, _ := filepath.Glob("testdata/rewrite/*.txt")
+	for _, path := range files {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			f.Fatal(err)
+		}
+		_, rest, ok := strings.Cut(string(data), "-- body --\n")
+		if !ok {
+			continue
+		}
+		body, _, _ := strings.Cut(rest, "\n-- ")
+		f.Add([]byte(body), uint8(len(body)))
+	}
+	f.Fuzz(func(t *testing.T, body []byte, which uint8) {
+		p := fuzzPolicies[int(which)%len(fuzzPolicies)]
+		in := append([]byte(nil), body...)
+		out, info, err := p.Rewrite(body, http.Header{}, which&0x80 != 0)
+		if string(body) != string(in) {
+			t.Fatal("Rewrite modified its input")
+		}
+		if err != nil {
+			if _, ok := err.(*RequestError); !ok {
+				t.Fatalf("error %T is not a *RequestError", err)
+			}
+			return
+		}
+		if !gjson.ValidBytes(body) {
+			t.Fatalf("accepted invalid JSON %q", body)
+		}
+		if !gjson.ValidBytes(out) || !json.Valid(out) {
+			t.Fatalf("valid input %q gave invalid output %q", body, out)
+		}
+		checkUntouched(t, body, out)
+		// Only a default-mode request whose own edits were all dropped may change again: on the second
+		// pass it has no edits, so it gets the tenant's.
+		if p.ContextManagement.Mode == CMDefault && info.EditsWritten && len(info.Edits) == 0 {
+			return
+		}
+		again, _, err := p.Rewrite(out, http.Header{}, false)
+		if err != nil {
+			t.Fatalf("rewritten body %q refused: %v", out, err)
+		}
+		if string(again) != string(out) {
+			t.Fatalf("second rewrite changed the body:\n in    %q\n once  %q\n twice %q", body, out, again)
+		}
+	})
+}
