@@ -126,7 +126,9 @@ func (f failing) ReadFile(context.Context, memoryhook.Scope, memoryhook.Path) ([
 func (f failing) List(context.Context, memoryhook.Scope, memoryhook.Path, int) ([]memoryhook.Entry, error) {
 	return nil, f.err
 }
-func (f failing) Create(context.Context, memoryhook.Scope, memoryhook.Path, []byte) error { return f.err }
+func (f failing) Create(context.Context, memoryhook.Scope, memoryhook.Path, []byte) error {
+	return f.err
+}
 func (f failing) Update(context.Context, memoryhook.Scope, memoryhook.Path, func([]byte) ([]byte, error)) error {
 	return f.err
 }
@@ -193,6 +195,23 @@ func TestResultReportsCommandAndWrote(t *testing.T) {
 		r := exec(t, st, sc, tc.in)
 		if r.Command != tc.cmd || r.Wrote != tc.wrote || r.IsError != tc.isErr || r.Unavailable || (r.Err != nil) != tc.isErr {
 			t.Errorf("%s: %+v", tc.in, r)
+		}
+	}
+}
+
+// InsertAt works on bytes; it must agree with the SDKs' split, splice, join.
+func TestInsertAtMatchesSplitSpliceJoin(t *testing.T) {
+	p, _ := memoryhook.ParsePath("/memories/x")
+	for _, content := range []string{"", "\n", "a", "a\n", "a\nb", "a\nb\n", "\n\n\n", "one\ntwo\nthree\n"} {
+		lines := strings.Split(content, "\n")
+		for n := 0; n <= len(lines); n++ {
+			for _, text := range []string{"", "x", "x\n", "x\ny", "x\n\n"} {
+				ref := append(append(append([]string{}, lines[:n]...), strings.TrimSuffix(text, "\n")), lines[n:]...)
+				got, err := memoryhook.InsertAt(p, []byte(content), n, text)
+				if err != nil || string(got) != strings.Join(ref, "\n") {
+					t.Errorf("InsertAt(%q, %d, %q) = %q, %v; want %q", content, n, text, got, err, strings.Join(ref, "\n"))
+				}
+			}
 		}
 	}
 }

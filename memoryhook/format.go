@@ -1,6 +1,7 @@
 package memoryhook
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strconv"
@@ -43,15 +44,7 @@ func numbered(n int, line string) string {
 	return fmt.Sprintf("%*d\t%s", lineNumberWidth, n, line)
 }
 
-func countLines(b []byte) int {
-	n := 1
-	for _, c := range b {
-		if c == '\n' {
-			n++
-		}
-	}
-	return n
-}
+func countLines(b []byte) int { return bytes.Count(b, []byte{'\n'}) + 1 }
 
 // FormatFile renders a file view: the header, then each line of content
 // (split on "\n") numbered, limited to viewRange ([start, end], 1-based,
@@ -59,10 +52,10 @@ func countLines(b []byte) int {
 // The range follows the SDKs' slice semantics: start below 1 counts as 1,
 // ends past the file are clamped and an empty selection shows no lines.
 func FormatFile(p Path, content []byte, viewRange []int, maxChars int) (string, error) {
-	lines := strings.Split(string(content), "\n")
-	if len(lines) > MaxLines {
-		return "", errorf("File %s has too many lines (%d). Maximum is 999,999 lines.", p.Raw(), len(lines))
+	if n := countLines(content); n > MaxLines {
+		return "", errorf("File %s has too many lines (%d). Maximum is 999,999 lines.", p.Raw(), n)
 	}
+	lines := strings.Split(string(content), "\n")
 	from, to := 0, len(lines)
 	if len(viewRange) == 2 {
 		from = min(max(1, viewRange[0])-1, len(lines))
@@ -216,12 +209,19 @@ func ReplaceOnce(p Path, content []byte, oldStr, newStr string) ([]byte, string,
 // InsertAt inserts text after line n of content (0 = before the first);
 // one trailing "\n" of text is dropped, so text becomes line n+1.
 func InsertAt(p Path, content []byte, n int, text string) ([]byte, error) {
-	lines := strings.Split(string(content), "\n")
-	if n < 0 || n > len(lines) {
-		return nil, errorf("Invalid `insert_line` parameter: %d. It should be within the range of lines of the file: [0, %d]", n, len(lines))
+	count := countLines(content)
+	if n < 0 || n > count {
+		return nil, errorf("Invalid `insert_line` parameter: %d. It should be within the range of lines of the file: [0, %d]", n, count)
 	}
 	text = strings.TrimSuffix(text, "\n")
-	out := make([]string, 0, len(lines)+1)
-	out = append(append(append(out, lines[:n]...), text), lines[n:]...)
-	return []byte(strings.Join(out, "\n")), nil
+	out := make([]byte, 0, len(content)+len(text)+1)
+	if n == count { // after the last line
+		return append(append(append(out, content...), '\n'), text...), nil
+	}
+	off := 0 // start of line n+1 (1-based)
+	for range n {
+		off += bytes.IndexByte(content[off:], '\n') + 1
+	}
+	out = append(append(append(out, content[:off]...), text...), '\n')
+	return append(out, content[off:]...), nil
 }
