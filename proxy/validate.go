@@ -12,7 +12,9 @@ import (
 const maxNesting = 512
 
 // checkBody refuses what the JSON parsers downstream would choke on or read
-// differently from ours: invalid UTF-8 and absurd nesting. It is one pass
+// differently from ours: invalid UTF-8, absurd nesting, and a top-level key
+// given twice (the proxy reads the first "model" or "stream", the API may
+// read the last: a way around accounting and policy). It is one pass
 // that skips string contents with bytes.IndexByte, so it costs little on the
 // long strings (tool results) that make bodies big. Syntax itself is checked
 // by the rewriter.
@@ -29,9 +31,13 @@ func checkBody(b []byte) error {
 		return fmt.Errorf("request body is not valid UTF-8 (byte offset %d)", off)
 	}
 	depth := 0
+	expectKey := false
+	var keys [16][]byte // top-level keys seen; requests have about ten
+	seen := keys[:0]
 	for i := 0; i < len(b); i++ {
 		switch b[i] {
 		case '"':
+			start := i
 			// Jump to the closing quote: the next quote not escaped by an odd
 			// run of backslashes.
 			for {
@@ -48,7 +54,20 @@ func checkBody(b []byte) error {
 					break
 				}
 			}
+			if depth == 1 && expectKey {
+				expectKey = false
+				key := b[start : i+1]
+				for _, k := range seen {
+					if bytes.Equal(k, key) {
+						return fmt.Errorf("request body has the key %s more than once", key)
+					}
+				}
+				seen = append(seen, key)
+			}
+		case ',':
+			expectKey = depth == 1
 		case '[', '{':
+			expectKey = depth == 0 && b[i] == '{'
 			depth++
 			if depth > maxNesting {
 				return fmt.Errorf("request body nests arrays and objects more than %d levels deep (byte offset %d)", maxNesting, i)

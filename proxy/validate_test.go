@@ -21,6 +21,10 @@ func TestCheckBody(t *testing.T) {
 		{"refuses invalid UTF-8", "{\"a\":\"\xff\"}", false},
 		{"refuses a lone surrogate byte sequence", "{\"a\":\"\xed\xa0\x80\"}", false},
 		{"accepts multi-byte UTF-8", `{"a":"café ☃ 😀"}`, true},
+		{"refuses a top-level key given twice", `{"model":"a","stream":false,"model":"b"}`, false},
+		{"refuses a top-level key given twice with other spacing", `{ "stream" : false , "x":{"stream":1}, "stream":true }`, false},
+		{"accepts the same key at different levels", `{"type":"a","x":{"type":"b"},"y":[{"type":"c"}]}`, true},
+		{"accepts a value equal to a key", `{"model":"model","m":"model"}`, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
