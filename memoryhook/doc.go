@@ -14,3 +14,28 @@
 //     store implements Backend too, and memoryhook/storetest checks that
 //     both answer character for character alike.
 package memoryhook
+
+// Implementing a Backend (the PostgreSQL store, issue 4)
+//
+// Results are the command layer's business; a Backend only has to keep the
+// same file-system-like model the FileStore has, and storetest.Run proves
+// it does:
+//   - Directories are entries of their own (a row per directory): Create
+//     and Rename add missing parents, deleting a file leaves its directory,
+//     Delete of a directory removes everything below it, Rename of a
+//     directory moves everything below it. Stat and List report a
+//     directory's Size as DirSize, so listings print "4K" like the file
+//     store does on ext4.
+//   - There are no links: ErrSymlink never happens.
+//   - Update is read, edit, write of one row in one transaction with the row
+//     locked (SELECT … FOR UPDATE); the limits check runs in the same
+//     transaction against the tenant's usage, also locked, so concurrent
+//     writes can never together pass a limit. Usage counts file bytes and
+//     entries (files and directories, the root not counted).
+//   - The order of checks in Create and Rename is part of the contract (it
+//     decides which error the model sees); follow the Backend docs.
+//   - Database errors become Unavailable("database unavailable", err) (or a
+//     better model-safe reason); Exec shows only the reason.
+//   - Every query is scoped by sc.Tenant; paths are Path.Rel() ("" = root).
+//   - Continuations (thread state, issue 9) are kept beside the memory, so
+//     a shared store implements that interface too.

@@ -316,7 +316,9 @@ func (b *fileBackend) List(ctx context.Context, sc Scope, p Path, depth int) ([]
 		}
 		return nil
 	}
-	if err := walk(rel(p), "", 1); err != nil {
+	if err := walk(rel(p), "", 1); errors.Is(err, fs.ErrNotExist) {
+		return nil, ErrNotExist // deleted or renamed since lwalk
+	} else if err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -383,6 +383,7 @@ func Run(t *testing.T, newStore func(t *testing.T) memoryhook.Store) {
 	t.Run("ParallelEditsAllLand", func(t *testing.T) { parallelEdits(t, newStore(t)) })
 	t.Run("ParallelCreatesRespectLimits", func(t *testing.T) { parallelLimits(t, newStore(t)) })
 	t.Run("TenantsAreIsolated", func(t *testing.T) { isolation(t, newStore(t)) })
+	t.Run("ReadsDuringChangesNeverFail", func(t *testing.T) { readsDuringChanges(t, newStore(t)) })
 }
 
 func mustOK(t *testing.T, st memoryhook.Store, sc memoryhook.Scope, in string) string {
@@ -505,4 +506,42 @@ func isolation(t *testing.T, st memoryhook.Store) {
 	if got := mustOK(t, st, a, view("/memories/dir/inner.md")); !strings.Contains(got, "\tinner") {
 		t.Errorf("t1's directory changed:\n%s", got)
 	}
+}
+
+// readsDuringChanges: views racing with creates, renames and deletes get a
+// listing, a file or "does not exist", never a store failure.
+func readsDuringChanges(t *testing.T, st memoryhook.Store) {
+	sc := memoryhook.Scope{Tenant: "t1"}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range 30 {
+			for _, in := range []string{
+				create("/memories/d/sub/f.md", "f\n"),
+				rename("/memories/d", "/memories/e"),
+				del("/memories/e"),
+			} {
+				if r := memoryhook.Exec(ctx, st, sc, []byte(in)); r.IsError {
+					t.Errorf("%s: %s", in, r.Content)
+				}
+			}
+		}
+	}()
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 100 {
+				for _, in := range []string{view("/memories"), view("/memories/d"), view("/memories/d/sub/f.md"), view("/memories/e/sub")} {
+					if r := memoryhook.Exec(ctx, st, sc, []byte(in)); r.Unavailable ||
+						r.IsError && !strings.Contains(r.Content, "does not exist") {
+						t.Errorf("%s: %s", in, r.Content)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
