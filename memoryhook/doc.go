@@ -13,9 +13,8 @@
 //     delete, rename). FileStore is the file system one; the PostgreSQL
 //     store implements Backend too, and memoryhook/storetest checks that
 //     both answer character for character alike.
-package memoryhook
-
-// Implementing a Backend (the PostgreSQL store, issue 4)
+//
+// # Implementing a Backend (the PostgreSQL store, issue 4)
 //
 // Results are the command layer's business; a Backend only has to keep the
 // same file-system-like model the FileStore has, and storetest.Run proves
@@ -26,6 +25,8 @@ package memoryhook
 //     directory moves everything below it. Stat and List report a
 //     directory's Size as DirSize, so listings print "4K" like the file
 //     store does on ext4.
+//   - The root always exists: Stat of /memories succeeds for a tenant with
+//     nothing stored (an empty listing, not an error).
 //   - There are no links: ErrSymlink never happens.
 //   - Update is read, edit, write of one row in one transaction with the row
 //     locked (SELECT … FOR UPDATE); the limits check runs in the same
@@ -39,3 +40,4 @@ package memoryhook
 //   - Every query is scoped by sc.Tenant; paths are Path.Rel() ("" = root).
 //   - Continuations (thread state, issue 9) are kept beside the memory, so
 //     a shared store implements that interface too.
+package memoryhook
