@@ -44,6 +44,8 @@ type Options struct {
 	// RecordLimit bounds how many requests Requests keeps (the most recent);
 	// 0 means the default 10000, negative means unlimited.
 	RecordLimit int `json:"record_limit"`
+	// MaxBodyBytes is the request size limit (default MaxBodyBytes, 32 MiB).
+	MaxBodyBytes int64 `json:"max_body_bytes"`
 	// NoAuthCheck accepts requests without x-api-key / Authorization and
 	// without anthropic-version.
 	NoAuthCheck bool `json:"no_auth_check"`
@@ -294,25 +296,31 @@ func (a *API) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 }
 
 func (a *API) readBody(req *http.Request) ([]byte, int, *APIError) {
+	a.mu.Lock()
+	limit := a.opts.MaxBodyBytes
+	a.mu.Unlock()
+	if limit <= 0 {
+		limit = MaxBodyBytes
+	}
 	var buf bytes.Buffer
-	if req.ContentLength > MaxBodyBytes {
+	if req.ContentLength > limit {
 		return nil, 413, &APIError{Type: "request_too_large", Message: "Request exceeds the maximum allowed number of bytes."}
 	}
 	if req.ContentLength > 0 {
 		buf.Grow(int(req.ContentLength))
 	}
-	n, err := buf.ReadFrom(io.LimitReader(req.Body, MaxBodyBytes+1))
+	n, err := buf.ReadFrom(io.LimitReader(req.Body, limit+1))
 	if err != nil {
 		return nil, 400, &APIError{Type: "invalid_request_error", Message: "could not read request body: " + err.Error()}
 	}
-	if n > MaxBodyBytes {
+	if n > limit {
 		return nil, 413, &APIError{Type: "request_too_large", Message: "Request exceeds the maximum allowed number of bytes."}
 	}
 	body := buf.Bytes()
 	switch enc := strings.ToLower(strings.TrimSpace(req.Header.Get("Content-Encoding"))); enc {
 	case "", "identity":
 	default:
-		dec, err := decodeBody(enc, body)
+		dec, err := decodeBody(enc, body, limit)
 		if err != nil {
 			return nil, 400, &APIError{Type: "invalid_request_error", Message: fmt.Sprintf("could not decode %s request body: %v", enc, err)}
 		}
@@ -321,7 +329,7 @@ func (a *API) readBody(req *http.Request) ([]byte, int, *APIError) {
 	return body, 0, nil
 }
 
-func decodeBody(enc string, body []byte) ([]byte, error) {
+func decodeBody(enc string, body []byte, limit int64) ([]byte, error) {
 	var r io.Reader
 	switch enc {
 	case "gzip":
@@ -342,11 +350,11 @@ func decodeBody(enc string, body []byte) ([]byte, error) {
 	default:
 		return nil, errors.New("unsupported content-encoding")
 	}
-	out, err := io.ReadAll(io.LimitReader(r, MaxBodyBytes+1))
+	out, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(out) > MaxBodyBytes {
+	if int64(len(out)) > limit {
 		return nil, errors.New("decoded body too large")
 	}
 	return out, nil

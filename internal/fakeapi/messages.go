@@ -259,23 +259,34 @@ func (a *API) serveReply(w http.ResponseWriter, req *http.Request, r *Request, p
 		a.storeThread(p, m.id, m.assistantTurn())
 	}
 	a.finish(r, 200, m.id, nil)
+	// end settles the thread state; it runs before a cut or an error event
+	// reaches the client, so a client reacting at once sees the settled state.
+	ended := false
+	end := func(outcome string) {
+		if ended {
+			return
+		}
+		ended = true
+		ok := outcome == OutcomeOK
+		if p.thread != "" && !ok {
+			a.threads.remove(m.id)
+		}
+		a.releaseThread(p, ok)
+	}
 	var outcome string
 	if p.stream {
-		outcome = a.stream(w, req, &m, rep, opts)
+		outcome = a.stream(w, req, &m, rep, opts, end)
 	} else {
-		outcome = a.writeMessage(w, req, &m, rep)
+		outcome = a.writeMessage(w, req, &m, rep, end)
 	}
-	ok := outcome == OutcomeOK
-	if p.thread != "" && !ok {
-		a.threads.remove(m.id)
-	}
-	a.releaseThread(p, ok)
+	end(outcome)
 	return outcome
 }
 
-func (a *API) writeMessage(w http.ResponseWriter, req *http.Request, m *message, rep *Reply) string {
+func (a *API) writeMessage(w http.ResponseWriter, req *http.Request, m *message, rep *Reply, end func(string)) string {
 	body := m.body()
 	if rep.CutAfter <= 0 {
+		end(OutcomeOK)
 		a.writeBody(w, req, rep.Encoding, 200, body)
 		return OutcomeOK
 	}
@@ -285,6 +296,7 @@ func (a *API) writeMessage(w http.ResponseWriter, req *http.Request, m *message,
 	w.WriteHeader(200)
 	_, _ = w.Write(body[:len(body)/2])
 	_ = http.NewResponseController(w).Flush()
+	end(OutcomeCut)
 	cutConnection(w)
 	return OutcomeCut
 }
@@ -317,6 +329,7 @@ type sse struct {
 	errEvent  *APIError
 	first     bool
 	stop      string // outcome when the stream ended early
+	end       func(outcome string)
 }
 
 // event writes one event; false means stop (cut, error event, client gone).
@@ -361,6 +374,7 @@ func (s *sse) event(name string, data []byte) bool {
 	if s.errEvent != nil && s.n >= s.errAfter {
 		e := s.errEvent
 		s.errEvent = nil
+		s.end(OutcomeErrorEvent)
 		s.buf = append(s.buf[:0], "event: error\ndata: "...)
 		s.buf = append(s.buf, errorBody(e, "")...)
 		s.buf = append(s.buf, "\n\n"...)
@@ -382,15 +396,18 @@ func (s *sse) event(name string, data []byte) bool {
 	return true
 }
 
-var pingData = []byte(`{"type":"ping"}`)
+var (
+	pingData    = []byte(`{"type":"ping"}`)
+	messageStop = []byte(`{"type":"message_stop"}`)
+)
 
-func (a *API) stream(w http.ResponseWriter, req *http.Request, m *message, rep *Reply, opts *Options) string {
+func (a *API) stream(w http.ResponseWriter, req *http.Request, m *message, rep *Reply, opts *Options, end func(string)) string {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	h.Set("Cache-Control", "no-cache")
 	s := &sse{ctx: req.Context(), w: w, rc: http.NewResponseController(w), first: true,
 		delay: rep.EventDelay, pingEvery: opts.PingEvery, cutAfter: rep.CutAfter,
-		errAfter: rep.ErrorAfter, errEvent: rep.ErrorEvent}
+		errAfter: rep.ErrorAfter, errEvent: rep.ErrorEvent, end: end}
 	if s.delay == 0 {
 		s.delay = opts.EventDelay
 	}
@@ -419,6 +436,7 @@ func (a *API) stream(w http.ResponseWriter, req *http.Request, m *message, rep *
 	s.run(m, chunks)
 	switch s.stop {
 	case OutcomeCut:
+		end(OutcomeCut)
 		cutConnection(w)
 		return OutcomeCut
 	case "":
@@ -456,7 +474,12 @@ func (s *sse) run(m *message, chunks int) {
 	if !s.event("message_delta", s.data) {
 		return
 	}
-	s.event("message_stop", []byte(`{"type":"message_stop"}`))
+	if s.cutAfter > 0 && s.n+1 >= s.cutAfter {
+		s.event("message_stop", messageStop) // the cut comes right after
+		return
+	}
+	s.end(OutcomeOK)
+	s.event("message_stop", messageStop)
 }
 
 func (s *sse) blockStart(i int, start string) bool {

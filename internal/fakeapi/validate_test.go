@@ -1,6 +1,8 @@
 package fakeapi
 
 import (
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -139,11 +141,26 @@ func TestRejectedRequestsAreRecordedWithTheirError(t *testing.T) {
 	}
 }
 
+type repeatA struct{}
+
+var aaaa = []byte(strings.Repeat("a", 64<<10))
+
+func (repeatA) Read(p []byte) (int, error) { return copy(p, aaaa), nil }
+
 func TestAnOversizedBodyIs413(t *testing.T) {
-	_, base := newServer(t)
-	big := strings.Repeat("a", MaxBodyBytes)
-	resp, b := do(t, base, call{body: body(`{"messages":[{"role":"user","content":"` + big + `"}]}`)})
-	if resp.StatusCode != 413 || gjson.GetBytes(b, "error.type").Str != "request_too_large" {
-		t.Fatalf("status %d: %.200s", resp.StatusCode, b)
+	_, base := newServer(t, WithOptions(Options{MaxBodyBytes: 1 << 20}))
+	b := io.MultiReader(strings.NewReader(`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"`),
+		io.LimitReader(repeatA{}, 1<<20), strings.NewReader(`"}]}`))
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/messages", b) // chunked: the limit is found by reading
+	req.Header.Set("X-Api-Key", "k")
+	req.Header.Set("Anthropic-Version", "2023-06-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 413 || gjson.GetBytes(out, "error.type").Str != "request_too_large" {
+		t.Fatalf("status %d: %.200s", resp.StatusCode, out)
 	}
 }
