@@ -1,0 +1,123 @@
+// Package compat_test proves the official Go SDK works through ctxproxy with
+// nothing changed but the base URL and the key: every call goes SDK →
+// ctxproxy → fake upstream, all on 127.0.0.1 ephemeral ports.
+package compat_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
+	"github.com/ctxproxy/ctxproxy/memoryhook"
+	"github.com/ctxproxy/ctxproxy/policy"
+	"github.com/ctxproxy/ctxproxy/proxy"
+)
+
+// Tenant keys. The SDK sends them as it sends a real key; ctxproxy finds the
+// tenant by the key's sha256 and forwards the key unchanged.
+const (
+	keyAgent  = "sk-ant-compat-go-agent"  // memory proxy, edits enforced
+	keyInject = "sk-ant-compat-go-inject" // memory inject
+)
+
+func sha(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+// policies: agent runs memory in the proxy and clears old tool uses as soon
+// as there are more than two (so a short test conversation shows
+// applied_edits); inject only adds the memory tool.
+func policies() map[string]string {
+	return map[string]string{
+		"default.yaml": "tenant: default\ncontext_management:\n  mode: off\nmemory:\n  mode: off\n",
+		"agent.yaml": `tenant: agent
+api_keys_sha256: ["` + sha(keyAgent) + `"]
+context_management:
+  mode: enforce
+  clear_thinking:
+    keep: all
+  clear_tool_uses:
+    trigger: { type: tool_uses, value: 2 }
+    keep: { type: tool_uses, value: 1 }
+memory:
+  mode: proxy
+  max_iterations: 6
+`,
+		"inject.yaml": `tenant: inject
+api_keys_sha256: ["` + sha(keyInject) + `"]
+context_management:
+  mode: default
+memory:
+  mode: inject
+`,
+	}
+}
+
+type env struct {
+	fake   *fakeapi.API
+	proxy  *httptest.Server
+	memDir string
+}
+
+// start runs a fake upstream and ctxproxy in front of it; both stop when the
+// test ends.
+func start(t *testing.T, opts ...fakeapi.Option) *env {
+	t.Helper()
+	e := &env{fake: fakeapi.New(opts...), memDir: t.TempDir()}
+	up := httptest.NewServer(e.fake)
+	t.Cleanup(up.Close)
+
+	polDir := t.TempDir()
+	for name, body := range policies() {
+		if err := os.WriteFile(filepath.Join(polDir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log := zaptest.NewLogger(t)
+	pols, err := policy.NewStore(polDir, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := memoryhook.NewFileStore(e.memDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mem.Close() })
+	u, _ := url.Parse(up.URL)
+	srv, err := proxy.New(proxy.Config{Upstream: u, Policies: pols, Memory: mem, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.proxy = httptest.NewServer(srv)
+	t.Cleanup(e.proxy.Close)
+	return e
+}
+
+// client is the official SDK pointed at ctxproxy, built exactly as the
+// README's Go snippet says (the lines between the README markers).
+func (e *env) client(apiKey string) anthropic.Client {
+	baseURL := e.proxy.URL
+	// README:go-begin
+	client := anthropic.NewClient(
+		option.WithBaseURL(baseURL), // ctxproxy, e.g. "http://localhost:8080"
+		option.WithAPIKey(apiKey),   // your Anthropic key, unchanged; ctxproxy picks the tenant by its sha256
+	)
+	// README:go-end
+	return client
+}
+
+// memFile reads one of a tenant's memory files from ctxproxy's store on disk.
+func (e *env) memFile(tenant, rel string) (string, bool) {
+	b, err := os.ReadFile(filepath.Join(e.memDir, tenant, filepath.FromSlash(rel)))
+	return string(b), err == nil
+}
