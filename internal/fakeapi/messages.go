@@ -65,7 +65,9 @@ func (a *API) serveMessages(w http.ResponseWriter, req *http.Request, reqID stri
 	}
 	rep := a.pickReply(r, p.stream)
 	outcome := a.serveReply(w, req, r, p, &rep, &opts, reqID)
-	a.setOutcome(r, outcome)
+	if outcome == OutcomeCanceled {
+		a.setOutcome(r, outcome)
+	}
 	a.log.Debug("fakeapi request", zap.String("path", r.Path), zap.String("model", r.Model),
 		zap.Bool("stream", r.Stream), zap.Int("status", r.Status), zap.String("outcome", outcome))
 }
@@ -239,6 +241,7 @@ func (a *API) serveReply(w http.ResponseWriter, req *http.Request, r *Request, p
 	if rep.Drop {
 		a.releaseThread(p, false)
 		a.finish(r, 0, "", nil)
+		a.setOutcome(r, OutcomeDropped)
 		cutConnection(w)
 		return OutcomeDropped
 	}
@@ -250,6 +253,7 @@ func (a *API) serveReply(w http.ResponseWriter, req *http.Request, r *Request, p
 	if st, e, isErr := rep.errorParts(); isErr {
 		a.releaseThread(p, false)
 		a.finish(r, st, "", e)
+		a.setOutcome(r, OutcomeError)
 		a.writeBody(w, req, rep.Encoding, st, errorBody(e, reqID))
 		return OutcomeError
 	}
@@ -267,6 +271,7 @@ func (a *API) serveReply(w http.ResponseWriter, req *http.Request, r *Request, p
 			return
 		}
 		ended = true
+		a.setOutcome(r, outcome)
 		ok := outcome == OutcomeOK
 		if p.thread != "" && !ok {
 			a.threads.remove(m.id)
