@@ -42,7 +42,8 @@ type Options struct {
 	// Faults injects random faults (nil or Rate 0: none).
 	Faults *Faults `json:"faults"`
 	// RecordLimit bounds how many requests Requests keeps (the most recent);
-	// 0 means the default 10000, negative means unlimited.
+	// 0 means the default 10000, negative means unlimited. Recorded requests
+	// keep their bodies: a long soak at high rates wants a small limit.
 	RecordLimit int `json:"record_limit"`
 	// MaxBodyBytes is the request size limit (default MaxBodyBytes, 32 MiB).
 	MaxBodyBytes int64 `json:"max_body_bytes"`
@@ -201,8 +202,9 @@ func (a *API) SetResponder(fn func(*Request) Reply) {
 func (a *API) Requests() []Request {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make([]Request, len(a.reqs))
-	for i, r := range a.reqs {
+	rs := a.recent()
+	out := make([]Request, len(rs))
+	for i, r := range rs {
 		out[i] = r.clone()
 	}
 	return out
@@ -212,9 +214,10 @@ func (a *API) Requests() []Request {
 func (a *API) LastRequest(path string) (Request, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for i := len(a.reqs) - 1; i >= 0; i-- {
-		if path == "" || a.reqs[i].Path == path {
-			return a.reqs[i].clone(), true
+	rs := a.recent()
+	for i := len(rs) - 1; i >= 0; i-- {
+		if path == "" || rs[i].Path == path {
+			return rs[i].clone(), true
 		}
 	}
 	return Request{}, false
@@ -231,22 +234,38 @@ func (a *API) Reset() {
 	a.threads.reset()
 }
 
+func (a *API) recordLimit() int {
+	switch l := a.opts.RecordLimit; {
+	case l == 0:
+		return 10000
+	case l < 0:
+		return int(^uint(0) >> 1)
+	default:
+		return l
+	}
+}
+
+// record keeps r; past twice the limit the oldest half goes at once, so
+// recording stays O(1) amortised (Requests shows only the newest limit).
 func (a *API) record(r *Request) {
 	a.mu.Lock()
-	limit := a.opts.RecordLimit
-	if limit == 0 {
-		limit = 10000
+	limit := a.recordLimit()
+	if len(a.reqs) >= 2*limit || (limit < 1024 && len(a.reqs) >= limit) {
+		keep := limit - 1
+		n := copy(a.reqs, a.reqs[len(a.reqs)-keep:])
+		clear(a.reqs[n:])
+		a.reqs = a.reqs[:n]
 	}
-	if limit > 0 {
-		if len(a.reqs) >= limit {
-			n := len(a.reqs) - limit + 1
-			copy(a.reqs, a.reqs[n:])
-			clear(a.reqs[len(a.reqs)-n:])
-			a.reqs = a.reqs[:len(a.reqs)-n]
-		}
-		a.reqs = append(a.reqs, r)
-	}
+	a.reqs = append(a.reqs, r)
 	a.mu.Unlock()
+}
+
+// recent is the newest limit requests; a.mu must be held.
+func (a *API) recent() []*Request {
+	if l := a.recordLimit(); len(a.reqs) > l {
+		return a.reqs[len(a.reqs)-l:]
+	}
+	return a.reqs
 }
 
 func (a *API) finish(r *Request, status int, replyID string, e *APIError) {
