@@ -114,7 +114,7 @@ var defaultErrorMessages = map[string]string{
 	"timeout_error":    "Request timed out",
 }
 
-// isError reports whether r is an error reply and fills in status and error.
+// errorParts reports whether r is an error reply, with its status and error filled in.
 func (r *Reply) errorParts() (int, *APIError, bool) {
 	if r.Status == 0 && r.Error == nil {
 		return 0, nil, false
@@ -142,7 +142,7 @@ func (r *Reply) errorParts() (int, *APIError, bool) {
 	return st, e, true
 }
 
-// Errorf builds an error reply with the usual status of errType.
+// ErrorReply builds an error reply.
 func ErrorReply(status int, errType, message string) Reply {
 	return Reply{Status: status, Error: &APIError{Type: errType, Message: message}}
 }
