@@ -784,5 +784,26 @@ func (p *Policy) render() error {
 		}
 		p.clearToolUsesJSON = append(b, '}')
 	}
+	for i, thinking := range []bool{false, true} {
+		var te tenantEdits
+		if thinking && p.clearThinkingJSON != nil {
+			te.edits = append(te.edits, clientEdit{typ: EditClearThinking, raw: string(p.clearThinkingJSON)})
+		}
+		if p.clearToolUsesJSON != nil {
+			te.edits = append(te.edits, clientEdit{typ: EditClearToolUses, raw: string(p.clearToolUsesJSON)})
+		}
+		if len(te.edits) > 0 {
+			te.array = "[" + te.edits[0].raw
+			for _, e := range te.edits[1:] {
+				te.array += "," + e.raw
+			}
+			te.array += "]"
+		}
+		for _, e := range te.edits {
+			te.types = append(te.types, e.typ)
+		}
+		te.types = te.types[:len(te.types):len(te.types)]
+		p.tenant[i] = te
+	}
 	return nil
 }

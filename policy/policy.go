@@ -78,6 +78,15 @@ type Policy struct {
 	// clearToolUsesJSON already lists "memory" in exclude_tools when memory is not off.
 	clearThinkingJSON []byte
 	clearToolUsesJSON []byte
+	// What Rewrite writes for requests with thinking off [0] and on [1], built by render.
+	tenant [2]tenantEdits
+}
+
+// tenantEdits is the tenant's edits for one thinking state, ready to splice.
+type tenantEdits struct {
+	edits []clientEdit
+	types []string // edit types, cap == len so callers appending cannot write into it
+	array string   // the JSON array, "" when there are no edits
 }
 
 // ContextManagement is the context_management block of a policy.
@@ -148,17 +157,17 @@ func (p *Policy) MemoryOn() bool {
 	return p != nil && (p.Memory.Mode == MemoryProxy || p.Memory.Mode == MemoryInject)
 }
 
-// TenantEdits returns the edits the tenant would write for a request with or without extended
-// thinking, as JSON objects in wire order.
-func (p *Policy) TenantEdits(thinking bool) [][]byte {
-	var out [][]byte
-	if thinking && p.clearThinkingJSON != nil {
-		out = append(out, p.clearThinkingJSON)
+// TenantEdits returns the JSON array of edits the tenant writes for a request with or without
+// extended thinking ("" when none), e.g. for logs and the validate command.
+func (p *Policy) TenantEdits(thinking bool) string {
+	return p.tenant[b2i(thinking)].array
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
 	}
-	if p.clearToolUsesJSON != nil {
-		out = append(out, p.clearToolUsesJSON)
-	}
-	return out
+	return 0
 }
 
 // Summary is a one-line description of the policy, for `ctxproxy validate` and logs.

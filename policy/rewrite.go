@@ -1,10 +1,8 @@
 package policy
 
 import (
-	"bytes"
 	"fmt"
 	"net/http"
-	"sort"
 	"strconv"
 	"unsafe"
 
@@ -57,11 +55,15 @@ type member struct {
 
 func (m member) end() int { return m.val.Index + len(m.val.Raw) }
 
-// splice is one byte-range replacement in the body.
+// splice replaces body[start:end] with pre+data+post; a zero splice (all empty) is no change.
 type splice struct {
-	start, end int
-	data       []byte
+	start, end      int
+	pre, data, post string
 }
+
+func (o splice) empty() bool { return o.start == o.end && o.pre == "" && o.data == "" && o.post == "" }
+
+func (o splice) len() int { return len(o.pre) + len(o.data) + len(o.post) }
 
 // Rewrite applies p to a Messages (countTokens=false) or count_tokens request body and to its
 // headers, following issue 2:
@@ -82,23 +84,28 @@ func (p *Policy) Rewrite(body []byte, h http.Header, countTokens bool) ([]byte, 
 	var info RewriteInfo
 	s := unsafe.String(unsafe.SliceData(body), len(body)) // read-only view: body is never written
 
-	start := skipSpace(s, 0)
-	if start == len(s) {
-		return nil, info, badRequest("request body is empty; expected a JSON object")
-	}
-	if !gjson.Valid(s) {
-		return nil, info, syntaxError(body)
+	var mbuf [16]topMember
+	members := mbuf[:0]
+	start, rootEnd, serr := scanBody(body, &members)
+	if serr != nil {
+		if serr.off == 0 && len(trimRightSpace(s)) == 0 {
+			return nil, info, badRequest("request body is empty; expected a JSON object")
+		}
+		return nil, info, serr.requestError(body)
 	}
 	if s[start] != '{' {
 		return nil, info, badRequest("request body must be a JSON object, got %s", jsonKind(s[start]))
 	}
-	root := gjson.Result{Type: gjson.JSON, Raw: s[start:], Index: start}
 
 	var cm, tools, thinking, thread member
 	var dup string
-	root.ForEach(func(k, v gjson.Result) bool {
+	for _, tm := range members {
+		k := s[tm.keyStart+1 : tm.keyEnd-1]
+		if tm.keyEsc {
+			k = gjson.Parse(s[tm.keyStart:tm.keyEnd]).Str
+		}
 		var m *member
-		switch k.Str {
+		switch k {
 		case "context_management":
 			m = &cm
 		case "tools":
@@ -108,16 +115,17 @@ func (p *Policy) Rewrite(body []byte, h http.Header, countTokens bool) ([]byte, 
 		case "thread":
 			m = &thread
 		default:
-			return true
+			continue
 		}
 		if m.found {
 			// The API may read the last copy while we rewrite the first: refuse rather than be bypassed.
-			dup = k.Str
-			return false
+			dup = k
+			break
 		}
-		*m = member{found: true, key: k, val: v}
-		return true
-	})
+		val := gjson.Parse(s[tm.valStart:tm.valEnd])
+		val.Index = tm.valStart
+		*m = member{found: true, key: gjson.Result{Type: gjson.String, Raw: s[tm.keyStart:tm.keyEnd], Str: k, Index: tm.keyStart}, val: val}
+	}
 	if dup != "" {
 		return nil, info, badRequest("request body has the key %q more than once", dup)
 	}
@@ -133,9 +141,10 @@ func (p *Policy) Rewrite(body []byte, h http.Header, countTokens bool) ([]byte, 
 		return body, info, nil
 	}
 
-	var ops []splice
-	var topInserts []byte // members appended to the top-level object, joined by commas
-	rootEnd := start + len(trimRightSpace(root.Raw)) - 1
+	var opsBuf [4]splice
+	ops := opsBuf[:0]
+	var topInserts [2]splice // members appended to the top-level object: context_management, tools
+	nTop := 0
 	rootEmpty := skipSpace(s, start+1) == rootEnd
 
 	// 1. context_management.edits.
@@ -148,12 +157,13 @@ func (p *Policy) Rewrite(body []byte, h http.Header, countTokens bool) ([]byte, 
 			return nil, info, err
 		}
 		info.Edits = r.types
-		if r.op != nil {
-			ops = append(ops, *r.op)
+		if !r.op.empty() {
+			ops = append(ops, r.op)
 			info.EditsWritten = true
 		}
-		if r.topInsert != nil {
-			topInserts = r.topInsert
+		if !r.topInsert.empty() {
+			topInserts[nTop] = r.topInsert
+			nTop++
 			info.EditsWritten = true
 		}
 		if r.remove {
@@ -204,30 +214,33 @@ func (p *Policy) Rewrite(body []byte, h http.Header, countTokens bool) ([]byte, 
 			}
 			if !info.MemoryDeclared {
 				at := insertPos(s, tools.end()-1) // before the array's ']'
-				data := []byte("," + memoryToolJSON)
+				sep := ","
 				if n == 0 {
-					data = data[1:]
+					sep = ""
 				}
-				ops = append(ops, splice{start: at, end: at, data: data})
+				ops = append(ops, splice{start: at, end: at, pre: sep, data: memoryToolJSON})
 				info.MemoryAdded = true
 			}
 		case info.ThreadContinue:
 			// The thread's tool set applies; a tools array here would replace it (spec §9).
 		case tools.found: // "tools": null
-			ops = append(ops, splice{start: tools.val.Index, end: tools.end(), data: []byte("[" + memoryToolJSON + "]")})
+			ops = append(ops, splice{start: tools.val.Index, end: tools.end(), data: "[" + memoryToolJSON + "]"})
 			info.MemoryAdded = true
 		default:
-			topInserts = appendMember(topInserts, "tools", "["+memoryToolJSON+"]")
+			topInserts[nTop] = splice{data: `"tools":[` + memoryToolJSON + "]"}
+			nTop++
 			info.MemoryAdded = true
 		}
 	}
 
-	if topInserts != nil {
-		if !rootEmpty {
-			topInserts = append([]byte{','}, topInserts...)
+	at := insertPos(s, rootEnd)
+	for i := range nTop {
+		o := topInserts[i]
+		if i > 0 || !rootEmpty {
+			o.pre = "," + o.pre
 		}
-		at := insertPos(s, rootEnd)
-		ops = append(ops, splice{start: at, end: at, data: topInserts})
+		o.start, o.end = at, at
+		ops = append(ops, o)
 	}
 
 	// 3. The beta header.
@@ -240,13 +253,20 @@ func (p *Policy) Rewrite(body []byte, h http.Header, countTokens bool) ([]byte, 
 	return applySplices(body, ops), info, nil
 }
 
+// appendSplice adds o's text.
+func appendSplice(b []byte, o splice) []byte {
+	b = append(b, o.pre...)
+	b = append(b, o.data...)
+	return append(b, o.post...)
+}
+
 // editsResult is what rewriteEdits decided.
 type editsResult struct {
 	types     []string
-	op        *splice // replace a range (edits array, context_management null, or insert into it)
-	topInsert []byte  // a "context_management" member to add to the top-level object
-	remove    bool    // delete the context_management member
-	hasCM     bool    // the outgoing body has a non-null context_management
+	op        splice // replace a range (edits array, context_management null, or insert into it)
+	topInsert splice // a "context_management" member to add to the top-level object
+	remove    bool   // delete the context_management member
+	hasCM     bool   // the outgoing body has a non-null context_management
 }
 
 type clientEdit struct {
@@ -310,8 +330,10 @@ func (p *Policy) rewriteEdits(s string, cm member, thinking bool) (editsResult, 
 
 	useClient := p.ContextManagement.Mode == CMDefault && len(client) > 0
 	var out []clientEdit
+	var newArr string
 	if useClient {
 		// clear_thinking first (stable), dropped without thinking (the API rejects it there).
+		out = make([]clientEdit, 0, len(client))
 		for _, e := range client {
 			if e.typ == EditClearThinking {
 				if thinking {
@@ -345,40 +367,38 @@ func (p *Policy) rewriteEdits(s string, cm member, thinking bool) (editsResult, 
 				}
 			}
 		}
-	} else {
-		for _, e := range p.TenantEdits(thinking) {
-			out = append(out, clientEdit{typ: typeOfTenantEdit(e), raw: string(e)})
-		}
-	}
-
-	for _, e := range out {
-		r.types = append(r.types, e.typ)
-	}
-
-	// Render the new edits array (only when it differs from what the client sent).
-	var newArr []byte
-	if len(out) > 0 {
-		n := 2
-		for _, e := range out {
-			n += len(e.raw) + 1
-		}
-		newArr = make([]byte, 0, n)
-		newArr = append(newArr, '[')
+		r.types = make([]string, len(out))
 		for i, e := range out {
-			if i > 0 {
-				newArr = append(newArr, ',')
-			}
-			newArr = append(newArr, e.raw...)
+			r.types[i] = e.typ
 		}
-		newArr = append(newArr, ']')
-	}
-	if useClient && !clientChanged {
-		r.hasCM = cmPresent
-		return r, nil
-	}
-	if !useClient && editsPresent && (bytes.Equal(newArr, []byte(edits.val.Raw)) || (len(out) == 0 && len(client) == 0)) {
-		r.hasCM = cmPresent // the client already sent exactly these edits (or an empty list and we have none)
-		return r, nil
+		if !clientChanged {
+			r.hasCM = cmPresent
+			return r, nil
+		}
+		if len(out) > 0 {
+			n := 1
+			for _, e := range out {
+				n += len(e.raw) + 1
+			}
+			b := make([]byte, 0, n)
+			b = append(b, '[')
+			for i, e := range out {
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = append(b, e.raw...)
+			}
+			b = append(b, ']')
+			newArr = unsafe.String(unsafe.SliceData(b), len(b))
+		}
+	} else {
+		te := &p.tenant[b2i(thinking)]
+		out, r.types, newArr = te.edits, te.types, te.array
+		if editsPresent && (newArr == edits.val.Raw || (len(out) == 0 && len(client) == 0)) {
+			// The client already sent exactly these edits (or an empty list and we have none).
+			r.hasCM = cmPresent
+			return r, nil
+		}
 	}
 
 	if len(out) == 0 {
@@ -392,7 +412,7 @@ func (p *Policy) rewriteEdits(s string, cm member, thinking bool) (editsResult, 
 			r.remove = true
 			return r, nil
 		}
-		r.op = &splice{start: edits.val.Index, end: edits.end(), data: []byte("[]")}
+		r.op = splice{start: edits.val.Index, end: edits.end(), data: "[]"}
 		r.hasCM = true
 		return r, nil
 	}
@@ -400,27 +420,19 @@ func (p *Policy) rewriteEdits(s string, cm member, thinking bool) (editsResult, 
 	r.hasCM = true
 	switch {
 	case editsPresent || (edits.found && edits.val.Type == gjson.Null):
-		r.op = &splice{start: edits.val.Index, end: edits.end(), data: newArr}
+		r.op = splice{start: edits.val.Index, end: edits.end(), data: newArr}
 	case cmPresent: // an object without edits: add the member before its '}'
 		closeAt := cm.end() - 1
-		data := appendMember(nil, "edits", string(newArr))
+		sep := ""
 		if skipSpace(s, cm.val.Index+1) != closeAt {
-			data = append([]byte{','}, data...)
+			sep = ","
 		}
 		at := insertPos(s, closeAt)
-		r.op = &splice{start: at, end: at, data: data}
+		r.op = splice{start: at, end: at, pre: sep + `"edits":`, data: newArr}
 	case cm.found: // "context_management": null
-		data := make([]byte, 0, len(newArr)+10)
-		data = append(data, `{"edits":`...)
-		data = append(data, newArr...)
-		data = append(data, '}')
-		r.op = &splice{start: cm.val.Index, end: cm.end(), data: data}
+		r.op = splice{start: cm.val.Index, end: cm.end(), pre: `{"edits":`, data: newArr, post: "}"}
 	default:
-		data := make([]byte, 0, len(newArr)+32)
-		data = append(data, `"context_management":{"edits":`...)
-		data = append(data, newArr...)
-		data = append(data, '}')
-		r.topInsert = data
+		r.topInsert = splice{pre: `"context_management":{"edits":`, data: newArr, post: "}"}
 	}
 	return r, nil
 }
@@ -458,13 +470,6 @@ func excludeMemory(raw string, i int) (string, bool, error) {
 	}
 	at := insertPos(raw, closeAt)
 	return raw[:at] + sep + `"memory"` + raw[at:], true, nil
-}
-
-func typeOfTenantEdit(e []byte) string {
-	if bytes.HasPrefix(e, []byte(`{"type":"`+EditClearThinking+`"`)) {
-		return EditClearThinking
-	}
-	return EditClearToolUses
 }
 
 // editTypes lists the edit types in a context_management value without judging it.
@@ -511,28 +516,23 @@ func deleteMember(s string, m member) (op splice, sole bool) {
 	return splice{start: start, end: end}, true
 }
 
-func appendMember(b []byte, key, raw string) []byte {
-	if len(b) > 0 {
-		b = append(b, ',')
-	}
-	b = append(b, '"')
-	b = append(b, key...)
-	b = append(b, `":`...)
-	return append(b, raw...)
-}
-
-// applySplices builds the new body in one allocation.
+// applySplices builds the new body in one allocation. ops never overlap; inserts at the same
+// offset keep their order.
 func applySplices(body []byte, ops []splice) []byte {
-	sort.SliceStable(ops, func(i, j int) bool { return ops[i].start < ops[j].start })
+	for i := 1; i < len(ops); i++ { // stable insertion sort: at most a handful of ops
+		for j := i; j > 0 && ops[j].start < ops[j-1].start; j-- {
+			ops[j], ops[j-1] = ops[j-1], ops[j]
+		}
+	}
 	n := len(body)
 	for _, o := range ops {
-		n += len(o.data) - (o.end - o.start)
+		n += o.len() - (o.end - o.start)
 	}
 	out := make([]byte, 0, n)
 	pos := 0
 	for _, o := range ops {
 		out = append(out, body[pos:o.start]...)
-		out = append(out, o.data...)
+		out = appendSplice(out, o)
 		pos = o.end
 	}
 	return append(out, body[pos:]...)

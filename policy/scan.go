@@ -1,0 +1,313 @@
+package policy
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"unicode/utf8"
+)
+
+// maxDepth bounds nesting, as encoding/json does: deeper bodies are refused with a clear 400
+// instead of being walked.
+const maxDepth = 10000
+
+// topMember is one member of the body's top-level object, by byte offsets.
+type topMember struct {
+	keyStart, keyEnd int // the key's quotes included
+	valStart, valEnd int
+	keyEsc           bool // the key contains escapes
+}
+
+// scanError is where and why a body is not valid JSON.
+type scanError struct {
+	off int
+	msg string
+}
+
+// scanBody validates the whole body in one pass (RFC 8259, strings must be valid UTF-8) and, when
+// the top-level value is an object, records its members in *members. It replaces gjson.Valid on the
+// hot path because it is faster on long strings (8 bytes at a time), says where a body goes wrong,
+// and hands Rewrite the top-level members without a second pass.
+func scanBody(b []byte, members *[]topMember) (rootStart, rootEnd int, err *scanError) {
+	var stackBuf [64]byte
+	stack := stackBuf[:0]
+	var top byte
+	i := skipWS(b, 0)
+	if i == len(b) {
+		return 0, 0, &scanError{i, "unexpected end of JSON input"}
+	}
+	rootStart = i
+	rootObject := b[i] == '{'
+	fail := func(i int, what string) (int, int, *scanError) {
+		if i >= len(b) {
+			return 0, 0, &scanError{len(b), "unexpected end of JSON input"}
+		}
+		return 0, 0, &scanError{i, fmt.Sprintf("invalid character %s %s", quoteChar(b[i]), what)}
+	}
+
+value:
+	if i >= len(b) {
+		return fail(i, "")
+	}
+	if len(stack) == 1 && rootObject {
+		(*members)[len(*members)-1].valStart = i
+	}
+	switch c := b[i]; {
+	case c == '{' || c == '[':
+		if len(stack) >= maxDepth {
+			return 0, 0, &scanError{i, fmt.Sprintf("nesting deeper than %d levels", maxDepth)}
+		}
+		stack = append(stack, c)
+		i = skipWS(b, i+1)
+		if i < len(b) && (b[i] == '}' && c == '{' || b[i] == ']' && c == '[') {
+			stack = stack[:len(stack)-1]
+			i++
+			goto after
+		}
+		if c == '[' {
+			goto value
+		}
+		goto key
+	case c == '"':
+		var e *scanError
+		if i, _, e = scanString(b, i+1); e != nil {
+			return 0, 0, e
+		}
+	case c == '-' || c >= '0' && c <= '9':
+		var e *scanError
+		if i, e = scanNumber(b, i); e != nil {
+			return 0, 0, e
+		}
+	case c == 't':
+		if !hasLit(b, i, "true") {
+			return fail(i+litMismatch(b, i, "true"), "in literal true (expecting 'true')")
+		}
+		i += 4
+	case c == 'f':
+		if !hasLit(b, i, "false") {
+			return fail(i+litMismatch(b, i, "false"), "in literal false (expecting 'false')")
+		}
+		i += 5
+	case c == 'n':
+		if !hasLit(b, i, "null") {
+			return fail(i+litMismatch(b, i, "null"), "in literal null (expecting 'null')")
+		}
+		i += 4
+	default:
+		return fail(i, "looking for beginning of value")
+	}
+
+after:
+	if len(stack) == 1 && rootObject {
+		(*members)[len(*members)-1].valEnd = i
+	}
+	i = skipWS(b, i)
+	if len(stack) == 0 {
+		if i != len(b) {
+			return fail(i, "after top-level value")
+		}
+		end := len(b)
+		for end > 0 && isSpace(b[end-1]) {
+			end--
+		}
+		return rootStart, end - 1, nil
+	}
+	if i >= len(b) {
+		return fail(i, "")
+	}
+	top = stack[len(stack)-1]
+	switch {
+	case b[i] == ',':
+		i = skipWS(b, i+1)
+		if top == '[' {
+			goto value
+		}
+		goto key
+	case b[i] == '}' && top == '{', b[i] == ']' && top == '[':
+		stack = stack[:len(stack)-1]
+		i++
+		goto after
+	case top == '{':
+		return fail(i, "after object key:value pair")
+	default:
+		return fail(i, "after array element")
+	}
+
+key:
+	if i >= len(b) || b[i] != '"' {
+		return fail(i, "looking for beginning of object key string")
+	}
+	{
+		start := i
+		var esc bool
+		var e *scanError
+		if i, esc, e = scanString(b, i+1); e != nil {
+			return 0, 0, e
+		}
+		if len(stack) == 1 && rootObject {
+			*members = append(*members, topMember{keyStart: start, keyEnd: i, keyEsc: esc})
+		}
+	}
+	i = skipWS(b, i)
+	if i >= len(b) || b[i] != ':' {
+		return fail(i, "after object key")
+	}
+	i = skipWS(b, i+1)
+	goto value
+}
+
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// special8 marks, with its high bit, each of 8 bytes (little-endian) that needs a closer look
+// inside a string: a quote, a backslash, a control character or a non-ASCII byte. Bits above the
+// lowest set one may be false positives (borrows), so only the lowest is used.
+func special8(x uint64) uint64 {
+	const quote, bslash = '"' * ones, '\\' * ones
+	q, s := x^quote, x^bslash
+	return (((q - ones) &^ q) | ((s - ones) &^ s) | (x - 0x20*ones) | x) & highs
+}
+
+func specialByte(c byte) bool { return c == '"' || c == '\\' || c < 0x20 || c >= 0x80 }
+
+// scanString scans a string whose opening quote is at i-1, returning the offset after the closing
+// quote and whether it holds escapes.
+func scanString(b []byte, i int) (int, bool, *scanError) {
+	esc := false
+	for {
+		// Jump to the next byte that is not plain ASCII text, 8 bytes at a time.
+		for i+8 <= len(b) {
+			if m := special8(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				goto special
+			}
+			i += 8
+		}
+		for i < len(b) && !specialByte(b[i]) {
+			i++
+		}
+	special:
+		if i >= len(b) {
+			return i, esc, &scanError{len(b), "unexpected end of JSON input"}
+		}
+		c := b[i]
+		switch {
+		case c == '"':
+			return i + 1, esc, nil
+		case c == '\\':
+			esc = true
+			i++
+			if i >= len(b) {
+				return i, esc, &scanError{len(b), "unexpected end of JSON input"}
+			}
+			switch b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i++
+			case 'u':
+				for k := 1; k <= 4; k++ {
+					if i+k >= len(b) {
+						return i, esc, &scanError{len(b), "unexpected end of JSON input"}
+					}
+					if !isHex(b[i+k]) {
+						return i, esc, &scanError{i + k, "invalid character " + quoteChar(b[i+k]) + " in \\u hexadecimal character escape"}
+					}
+				}
+				i += 5
+			default:
+				return i, esc, &scanError{i, "invalid character " + quoteChar(b[i]) + " in string escape code"}
+			}
+		case c < 0x20:
+			return i, esc, &scanError{i, "invalid character " + quoteChar(c) + " in string literal"}
+		default:
+			r, n := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && n <= 1 {
+				return i, esc, &scanError{i, "invalid UTF-8 in string"}
+			}
+			i += n
+		}
+	}
+}
+
+func scanNumber(b []byte, i int) (int, *scanError) {
+	bad := func(i int, what string) (int, *scanError) {
+		if i >= len(b) {
+			return i, &scanError{len(b), "unexpected end of JSON input"}
+		}
+		return i, &scanError{i, "invalid character " + quoteChar(b[i]) + " " + what}
+	}
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	default:
+		return bad(i, "in numeric literal")
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if i >= len(b) || !isDigit(b[i]) {
+			return bad(i, "after decimal point in numeric literal")
+		}
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i >= len(b) || !isDigit(b[i]) {
+			return bad(i, "in exponent of numeric literal")
+		}
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	}
+	return i, nil
+}
+
+func hasLit(b []byte, i int, lit string) bool {
+	return len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit
+}
+
+// litMismatch is the offset of the first byte where b[i:] stops matching lit.
+func litMismatch(b []byte, i int, lit string) int {
+	k := 0
+	for k < len(lit) && i+k < len(b) && b[i+k] == lit[k] {
+		k++
+	}
+	return k
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && isSpace(b[i]) {
+		i++
+	}
+	return i
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+func quoteChar(c byte) string {
+	switch {
+	case c == '\'':
+		return `'\''`
+	case c == '"':
+		return `'"'`
+	case c < 0x20 || c >= 0x7f:
+		return fmt.Sprintf("'\\x%02x'", c)
+	}
+	return "'" + string(c) + "'"
+}
