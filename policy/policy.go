@@ -1,9 +1,3 @@
-// Package policy loads per-tenant context-management policies from a folder of YAML files, finds the
-// tenant of a request by the sha256 of its API key, and rewrites Messages API request bodies and
-// headers to apply the tenant's policy (see issue 2 and ../shared/spec/api.md §1, §2, §9).
-//
-// A Set is immutable once built; Store swaps whole Sets atomically so a request never sees half a
-// reload.
 package policy
 
 import (

@@ -19,7 +19,7 @@ var update = flag.Bool("update", false, "rewrite the want sections of golden fil
 
 // A golden case is a text file of sections, each introduced by a line "-- name --":
 //
-//	policy.yaml   the tenant's policy (or "policy" naming a file under testdata/policies/)
+//	policy.yaml   the tenant's policy (or "policy": a name under testdata/policies/, or a path)
 //	options       optional: "count_tokens"
 //	headers       request headers, "Name: value" per line (repeat a name for repeated lines)
 //	body          the request body, exactly (one trailing newline is dropped)
@@ -111,6 +111,9 @@ func (g *golden) policy(t *testing.T) *Policy {
 	}
 	name := strings.TrimSpace(g.sections["policy"])
 	path := filepath.Join("testdata", "policies", name+".yaml")
+	if strings.Contains(name, "/") { // a shipped policy, e.g. ../policies/default.yaml
+		path = filepath.FromSlash(name)
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
