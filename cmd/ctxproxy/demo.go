@@ -1,0 +1,580 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
+	"github.com/ctxproxy/ctxproxy/memoryhook"
+	"github.com/ctxproxy/ctxproxy/policy"
+	"github.com/ctxproxy/ctxproxy/proxy"
+	"github.com/ctxproxy/ctxproxy/tokens"
+)
+
+// The demo: a scripted agent session against the fake upstream, through a
+// real in-process ctxproxy, for a newcomer without an API key. Nothing leaves
+// the machine; both servers listen on 127.0.0.1 ephemeral ports.
+
+const (
+	demoKey    = "sk-ctxproxy-demo-key" // not a real key; the fake accepts any
+	demoTenant = "demo"
+	demoModel  = "claude-sonnet-4-5"
+)
+
+// demoPolicy: memory run by the proxy, and thresholds low enough that a
+// short session shows context editing (more than 2 tool uses in the prompt:
+// clear all but the most recent one).
+const demoPolicy = `tenant: demo
+api_keys_sha256: ["%s"]
+context_management:
+  mode: enforce
+  clear_tool_uses:
+    trigger: { type: tool_uses, value: 2 }
+    keep: { type: tool_uses, value: 1 }
+memory:
+  mode: proxy
+  max_iterations: 5
+`
+
+// demoPrices is used when no prices file is found (list prices, USD per
+// million tokens, as in policies/prices.yaml).
+const demoPrices = `models:
+  - prefix: claude-sonnet-4-5
+    input: 3
+    output: 15
+    cache_write: 3.75
+    cache_read: 0.30
+`
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	fl := flag.NewFlagSet("ctxproxy demo", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	dir := fl.String("dir", "", "keep the demo's policy, memory files and ledger in this folder (default: a temporary folder, removed afterwards)")
+	prices := fl.String("prices", "", "prices file for the cost report (default: policies/prices.yaml if present, else built-in list prices)")
+	logLevel := fl.String("log-level", "warn", "ctxproxy's log level (logs go to stderr)")
+	fl.Usage = func() {
+		fmt.Fprintln(stderr, "usage: ctxproxy demo [--dir DIR] [--prices FILE] [--log-level LEVEL]")
+		fmt.Fprintln(stderr, "Runs a scripted agent session through a real ctxproxy in front of a fake Anthropic API (no API key needed)")
+		fmt.Fprintln(stderr, "and prints each step, the memory files, the context edits and the cost report.")
+		fl.PrintDefaults()
+	}
+	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if err := demo(ctx, demoOptions{dir: *dir, prices: *prices, logLevel: *logLevel}, stdout, stderr); err != nil {
+		fmt.Fprintln(stderr, "ctxproxy demo:", err)
+		return 1
+	}
+	return 0
+}
+
+type demoOptions struct {
+	dir, prices, logLevel string
+}
+
+func demo(ctx context.Context, o demoOptions, out, logOut io.Writer) error {
+	root := o.dir
+	if root == "" {
+		tmp, err := os.MkdirTemp("", "ctxproxy-demo-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		root = tmp
+	}
+	polDir, memDir := filepath.Join(root, "policies"), filepath.Join(root, "memories")
+	ledgerPath := filepath.Join(root, "ledger.jsonl")
+	for _, d := range []string{polDir, memDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(polDir, "demo.yaml"), []byte(fmt.Sprintf(demoPolicy, demoKeyHash())), 0o644); err != nil {
+		return err
+	}
+	// A second run in the same --dir starts from an empty memory and ledger.
+	_ = os.RemoveAll(filepath.Join(memDir, demoTenant))
+	_ = os.Remove(ledgerPath)
+
+	log, err := newLogger(o.logLevel, logOut)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+
+	pr, pricesFrom, err := demoLoadPrices(o.prices)
+	if err != nil {
+		return err
+	}
+	pols, err := policy.NewStore(polDir, log)
+	if err != nil {
+		return fmt.Errorf("load demo policy: %w", err)
+	}
+	mem, err := memoryhook.NewFileStore(memDir)
+	if err != nil {
+		return fmt.Errorf("open memory store: %w", err)
+	}
+	defer mem.Close()
+	ledger, err := tokens.OpenLedger(ctx, "file:"+ledgerPath)
+	if err != nil {
+		return fmt.Errorf("open ledger: %w", err)
+	}
+	defer ledger.Close()
+	rec := tokens.NewRecorder(pr, nil, ledger, log)
+
+	fake := fakeapi.New(fakeapi.WithLogger(log.Named("fake")))
+	fake.SetResponder(demoAgent)
+	fakeURL, stopFake, err := demoServe(fake)
+	if err != nil {
+		return err
+	}
+	defer stopFake()
+	up, _ := url.Parse(fakeURL)
+	srv, err := proxy.New(proxy.Config{Upstream: up, Policies: pols, Memory: mem, Recorder: rec, Log: log})
+	if err != nil {
+		return err
+	}
+	proxyURL, stopProxy, err := demoServe(srv)
+	if err != nil {
+		return err
+	}
+	defer stopProxy()
+
+	p := &demoPrinter{w: out}
+	p.f("ctxproxy demo: a scripted agent session through a real ctxproxy, in front of a fake Anthropic API.\n")
+	p.f("No API key needed; nothing leaves this machine.\n\n")
+	p.f("  fake upstream  %s (answers as a scripted model would)\n", fakeURL)
+	p.f("  ctxproxy       %s\n", proxyURL)
+	p.f("  tenant         %s: memory.mode proxy (ctxproxy runs the memory tool), context editing enforced:\n", demoTenant)
+	p.f("                 clear_tool_uses once the prompt holds more than 2 tool uses, keeping the last 1\n")
+	p.f("  memory folder  %s\n", filepath.Join(memDir, demoTenant))
+	p.f("  prices         %s\n", pricesFrom)
+	p.f("Your agent would only change its base URL to %s.\n", proxyURL)
+
+	c := &demoClient{base: proxyURL, fake: fake, p: p}
+	if err := c.conversation(ctx, "Conversation 1: the user states a preference", demoConv1Prompt); err != nil {
+		return err
+	}
+	if err := c.conversation(ctx, "Conversation 2: a new conversation; the agent books a flight and recalls the preference from memory", demoConv2Prompt); err != nil {
+		return err
+	}
+
+	// Memory files as ctxproxy stored them.
+	p.f("\nMemory files (tenant %s, stored by ctxproxy under %s):\n", demoTenant, filepath.Join(memDir, demoTenant))
+	files, err := demoFiles(filepath.Join(memDir, demoTenant))
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		p.f("  (none)\n")
+	}
+	for _, f := range files {
+		p.f("  /memories/%s\n", f.rel)
+		for _, line := range strings.Split(strings.TrimRight(f.text, "\n"), "\n") {
+			p.f("    | %s\n", line)
+		}
+	}
+
+	// Context edits the upstream applied, as the client saw them.
+	p.f("\nContext edits applied (context_management.applied_edits):\n")
+	if len(c.edits) == 0 {
+		p.f("  (none)\n")
+	}
+	var clearedUses, clearedTokens int64
+	for _, e := range c.edits {
+		p.f("  step %-2d %s: cleared %d tool uses, %s input tokens\n", e.step, e.typ, e.uses, demoCommas(e.tokens))
+		clearedUses += e.uses
+		clearedTokens += e.tokens
+	}
+	if len(c.edits) > 0 {
+		p.f("  total: %d tool uses, %s input tokens the model did not have to read again\n", clearedUses, demoCommas(clearedTokens))
+	}
+
+	// Cost report from the ledger ctxproxy wrote.
+	stopProxy() // every call is recorded before the handler returns; close the recorder's queue next
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := rec.Close(cctx); err != nil {
+		return fmt.Errorf("flush ledger: %w", err)
+	}
+	calls, err := ledger.Query(ctx, tokens.Filter{})
+	if err != nil {
+		return fmt.Errorf("read ledger: %w", err)
+	}
+	p.f("\nCost report (%s, from the ledger ctxproxy wrote):\n", demoPlural(len(calls), "upstream call"))
+	var table bytes.Buffer
+	if err := tokens.WriteReportTable(&table, tokens.BuildReport(calls, tokens.GroupByModel)); err != nil {
+		return err
+	}
+	for _, line := range strings.Split(strings.TrimRight(table.String(), "\n"), "\n") {
+		p.f("  %s\n", line)
+	}
+	if o.dir == "" {
+		p.f("\nThe demo's files were in a temporary folder, now removed; keep them with --dir DIR.\n")
+	} else {
+		p.f("\nThe demo's files are in %s; `ctxproxy report --ledger file:%s` prints the report again.\n", root, ledgerPath)
+	}
+	p.f("\nNext: run `ctxproxy --upstream https://api.anthropic.com --policies ./policies` and point your agent's base URL at it.\n")
+	return p.err
+}
+
+func demoLoadPrices(path string) (*tokens.Prices, string, error) {
+	if path == "" {
+		if _, err := os.Stat(filepath.Join("policies", "prices.yaml")); err == nil {
+			path = filepath.Join("policies", "prices.yaml")
+		}
+	}
+	if path == "" {
+		pr, err := tokens.ParsePrices([]byte(demoPrices))
+		return pr, "built-in list prices", err
+	}
+	pr, err := tokens.LoadPrices(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("load prices: %w", err)
+	}
+	return pr, path, nil
+}
+
+func demoServe(h http.Handler) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, fmt.Errorf("listen: %w", err)
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	stopped := false
+	return "http://" + ln.Addr().String(), func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if hs.Shutdown(sctx) != nil {
+			hs.Close()
+		}
+	}, nil
+}
+
+// ---- the scripted model ----
+
+const (
+	demoConv1Prompt = "I always want a window seat and vegetarian meals when I fly. Please remember that."
+	demoConv2Prompt = "Book me a flight from Paris to Tokyo next Friday."
+)
+
+// demoStep is one model turn; marker names the tool call that shows the turn
+// was taken (memory calls as "memory <command> <path>").
+type demoStep struct {
+	marker string
+	reply  fakeapi.Reply
+}
+
+func demoSteps(conv2 bool) []demoStep {
+	blocks := func(b ...json.RawMessage) fakeapi.Reply { return fakeapi.Reply{Content: b} }
+	if !conv2 {
+		return []demoStep{
+			{"memory view /memories", blocks(fakeapi.Text("Let me check what I already know about you."), fakeapi.MemoryView("/memories"))},
+			{"memory create /memories/preferences.md", blocks(fakeapi.MemoryCreate("/memories/preferences.md",
+				"# Travel preferences\n- seat: window\n- meals: vegetarian\n"))},
+			{"", blocks(fakeapi.Text("Saved: a window seat and vegetarian meals on every flight. I will remember it next time."))},
+		}
+	}
+	return []demoStep{
+		{"memory view /memories/preferences.md", blocks(fakeapi.Text("Let me look at your saved preferences first."),
+			fakeapi.MemoryView("/memories/preferences.md"))},
+		{"search_flights", blocks(fakeapi.Text("You prefer a window seat and vegetarian meals. Searching flights."),
+			fakeapi.ToolUse("", "search_flights", map[string]string{"from": "CDG", "to": "HND", "date": "next Friday"}))},
+		{"seat_map", blocks(fakeapi.Text("AF276 fits best. Checking its window seats."),
+			fakeapi.ToolUse("", "seat_map", map[string]string{"flight": "AF276"}))},
+		{"meal_options", blocks(fakeapi.Text("23A is a free window seat. Checking the meals."),
+			fakeapi.ToolUse("", "meal_options", map[string]string{"flight": "AF276"}))},
+		{"book_flight", blocks(fakeapi.Text("Booking AF276, seat 23A, vegetarian meal."),
+			fakeapi.ToolUse("", "book_flight", map[string]string{"flight": "AF276", "seat": "23A", "meal": "VGML"}))},
+		{"", blocks(fakeapi.Text("Booked: AF276 Paris CDG to Tokyo HND next Friday, window seat 23A, vegetarian meal, as you asked me to remember."))},
+	}
+}
+
+// demoAgent answers as the model of the session would: it finds the latest
+// step whose tool call is already in the conversation and takes the next one.
+// (Conversation position alone would not do: ctxproxy runs memory rounds the
+// client never sees, so the client's history is shorter than the upstream's.)
+func demoAgent(r *fakeapi.Request) fakeapi.Reply {
+	if len(r.Messages) == 0 {
+		return fakeapi.Reply{}
+	}
+	first := gjson.GetBytes(r.Messages[0], "content")
+	firstText := first.Str
+	if first.IsArray() {
+		firstText = first.Get("0.text").Str
+	}
+	steps := demoSteps(firstText == demoConv2Prompt)
+	seen := map[string]bool{}
+	for _, m := range r.Messages {
+		gjson.GetBytes(m, "content").ForEach(func(_, b gjson.Result) bool {
+			if b.Get("type").Str == "tool_use" {
+				name := b.Get("name").Str
+				if name == "memory" {
+					name = "memory " + b.Get("input.command").Str + " " + b.Get("input.path").Str
+				}
+				seen[name] = true
+			}
+			return true
+		})
+	}
+	next := 0
+	for i, s := range steps {
+		if s.marker != "" && seen[s.marker] {
+			next = i + 1
+		}
+	}
+	if next >= len(steps) {
+		next = len(steps) - 1
+	}
+	return steps[next].reply
+}
+
+// ---- the agent (a plain HTTP client of the Messages API) ----
+
+var demoTools = json.RawMessage(`[
+ {"name":"search_flights","description":"Search flights","input_schema":{"type":"object","properties":{"from":{"type":"string"},"to":{"type":"string"},"date":{"type":"string"}}}},
+ {"name":"seat_map","description":"Free seats of a flight","input_schema":{"type":"object","properties":{"flight":{"type":"string"}}}},
+ {"name":"meal_options","description":"Meals of a flight","input_schema":{"type":"object","properties":{"flight":{"type":"string"}}}},
+ {"name":"book_flight","description":"Book a seat","input_schema":{"type":"object","properties":{"flight":{"type":"string"},"seat":{"type":"string"},"meal":{"type":"string"}}}}
+]`)
+
+// demoToolResult is what the agent's own tools answer: long listings, the
+// kind of tool output that fills an agent's context.
+func demoToolResult(name string) string {
+	var b strings.Builder
+	switch name {
+	case "search_flights":
+		for i := 0; i < 40; i++ {
+			fmt.Fprintf(&b, "AF%d CDG 10:%02d -> HND 06:%02d+1, 1 stop, economy from EUR %d, seats left %d\n", 270+i, i%60, (i*7)%60, 780+13*i, 3+i%9)
+		}
+	case "seat_map":
+		for row := 10; row < 40; row++ {
+			fmt.Fprintf(&b, "row %d: A %s | B taken | C taken || D free | E taken | F %s\n", row, map[bool]string{true: "free (window)", false: "taken (window)"}[row%3 == 2], map[bool]string{true: "free (window)", false: "taken (window)"}[row%4 == 0])
+		}
+	case "meal_options":
+		for _, m := range []string{"AVML Asian vegetarian", "VGML vegan", "VLML lacto-ovo vegetarian", "KSML kosher", "MOML muslim", "GFML gluten free", "DBML diabetic", "LSML low salt", "CHML child", "BBML baby", "FPML fruit platter", "SFML seafood"} {
+			fmt.Fprintf(&b, "%s: available on AF276, order at least 24 hours before departure; served on both legs.\n", m)
+		}
+	case "book_flight":
+		b.WriteString("Booking confirmed: AF276, seat 23A (window), meal VGML. Record locator Q7XK2P.")
+	default:
+		b.WriteString("unknown tool")
+	}
+	return b.String()
+}
+
+type demoEdit struct {
+	step         int
+	typ          string
+	uses, tokens int64
+}
+
+type demoClient struct {
+	base  string
+	fake  *fakeapi.API
+	p     *demoPrinter
+	step  int
+	edits []demoEdit
+}
+
+// conversation runs one agent conversation to its end: it sends the user's
+// prompt, answers the model's tool calls with its own tools and stops at a
+// reply without any.
+func (c *demoClient) conversation(ctx context.Context, title, prompt string) error {
+	c.p.f("\n%s\n", title)
+	c.p.f("  user: %s\n", prompt)
+	msgs := []json.RawMessage{demoJSON(map[string]any{"role": "user", "content": prompt})}
+	for turn := 0; turn < 10; turn++ {
+		c.step++
+		seq := int64(0)
+		if reqs := c.fake.Requests(); len(reqs) > 0 {
+			seq = reqs[len(reqs)-1].Seq
+		}
+		body := demoJSON(map[string]any{"model": demoModel, "max_tokens": 1024, "tools": demoTools, "messages": msgs})
+		reply, err := c.post(ctx, body)
+		if err != nil {
+			return err
+		}
+		// What happened upstream for this one client request.
+		var ups []fakeapi.Request
+		for _, r := range c.fake.Requests() {
+			if r.Seq > seq && r.Path == "/v1/messages" {
+				ups = append(ups, r)
+			}
+		}
+		c.p.f("  step %d: the agent sends %s; ctxproxy makes %s\n", c.step, demoPlural(len(msgs), "message"), demoPlural(len(ups), "upstream call"))
+		for _, r := range ups[min(1, len(ups)):] {
+			// Each later call carries the results of the memory calls ctxproxy ran.
+			last := gjson.ParseBytes(r.Messages[len(r.Messages)-1])
+			prev := gjson.ParseBytes(r.Messages[len(r.Messages)-2])
+			last.Get("content").ForEach(func(_, res gjson.Result) bool {
+				if res.Get("type").Str != "tool_result" {
+					return true
+				}
+				call := prev.Get(`content.#(id=="` + res.Get("tool_use_id").Str + `")`)
+				c.p.f("    ctxproxy ran memory %s %s -> %s\n", call.Get("input.command").Str, call.Get("input.path").Str, demoFirstLine(res.Get("content").Str))
+				return true
+			})
+		}
+		if edits := gjson.GetBytes(reply, "context_management.applied_edits"); edits.IsArray() {
+			edits.ForEach(func(_, e gjson.Result) bool {
+				d := demoEdit{step: c.step, typ: e.Get("type").Str, uses: e.Get("cleared_tool_uses").Int(), tokens: e.Get("cleared_input_tokens").Int()}
+				c.edits = append(c.edits, d)
+				c.p.f("    context editing: %s cleared %d old tool uses (%s input tokens)\n", d.typ, d.uses, demoCommas(d.tokens))
+				return true
+			})
+		}
+		var calls []gjson.Result
+		gjson.GetBytes(reply, "content").ForEach(func(_, b gjson.Result) bool {
+			switch b.Get("type").Str {
+			case "text":
+				c.p.f("    assistant: %s\n", b.Get("text").Str)
+			case "tool_use":
+				c.p.f("    assistant calls %s %s\n", b.Get("name").Str, b.Get("input").Raw)
+				calls = append(calls, b)
+			}
+			return true
+		})
+		c.p.f("    usage: %s input, %s output tokens\n", demoCommas(gjson.GetBytes(reply, "usage.input_tokens").Int()), demoCommas(gjson.GetBytes(reply, "usage.output_tokens").Int()))
+		if len(calls) == 0 {
+			return nil
+		}
+		// The agent runs its own tools and sends everything back.
+		msgs = append(msgs, demoJSON(map[string]any{"role": "assistant", "content": json.RawMessage(gjson.GetBytes(reply, "content").Raw)}))
+		var results []any
+		for _, call := range calls {
+			out := demoToolResult(call.Get("name").Str)
+			results = append(results, map[string]any{"type": "tool_result", "tool_use_id": call.Get("id").Str, "content": out})
+			c.p.f("    the agent runs %s: %s of output\n", call.Get("name").Str, demoPlural(strings.Count(strings.TrimSuffix(out, "\n"), "\n")+1, "line"))
+		}
+		msgs = append(msgs, demoJSON(map[string]any{"role": "user", "content": results}))
+	}
+	return errors.New("the conversation did not end within 10 turns")
+}
+
+func (c *demoClient) post(ctx context.Context, body []byte) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/messages", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Anthropic-Version", "2023-06-01")
+	req.Header.Set("X-Api-Key", demoKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("POST %s/v1/messages: %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read reply: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("POST /v1/messages: %d %s", resp.StatusCode, b)
+	}
+	return b, nil
+}
+
+// ---- helpers ----
+
+type demoPrinter struct {
+	w   io.Writer
+	err error
+}
+
+func (p *demoPrinter) f(format string, args ...any) {
+	if p.err == nil {
+		_, p.err = fmt.Fprintf(p.w, format, args...)
+	}
+}
+
+type demoFile struct{ rel, text string }
+
+func demoFiles(dir string) ([]demoFile, error) {
+	var files []demoFile
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if d.Type().IsRegular() && !strings.HasPrefix(d.Name(), ".") {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(dir, path)
+			files = append(files, demoFile{rel: filepath.ToSlash(rel), text: string(b)})
+		}
+		return nil
+	})
+	sort.Slice(files, func(i, j int) bool { return files[i].rel < files[j].rel })
+	return files, err
+}
+
+func demoKeyHash() string {
+	h := sha256.Sum256([]byte(demoKey))
+	return hex.EncodeToString(h[:])
+}
+
+func demoJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only the demo's own literals are marshalled
+	}
+	return b
+}
+
+func demoPlural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+func demoFirstLine(s string) string {
+	line, rest, _ := strings.Cut(s, "\n")
+	if n := strings.Count(rest, "\n") + 1; rest != "" {
+		return fmt.Sprintf("%q (+%s)", line, demoPlural(n, "line"))
+	}
+	return fmt.Sprintf("%q", line)
+}
+
+func demoCommas(n int64) string {
+	s := fmt.Sprint(n)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 && s[i-1] != '-' {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
