@@ -1,15 +1,18 @@
 // Package ts_test runs the TypeScript SDK compat suite (node --test in this
 // folder) from go test, so `go test ./...` covers it. It installs the SDK from
-// the lock file when node_modules is missing or stale, builds the Go harness
-// the node tests spawn (with -race when this test runs with -race), and fails
-// when the suite fails. Without node or npm it skips, except under CI=true,
-// where it fails.
+// the lock file when node_modules is missing or stale, builds the real
+// ctxproxy and fakeapi binaries and the harness that runs them for the node
+// tests (all with -race when this test runs with -race), and fails when the
+// suite fails. Without node or npm it skips, except under CI=true, where it
+// fails. If cmd/ctxproxy does not build (outside CI) the suite runs against
+// the harness's in-process proxy instead, and says so.
 package ts_test
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,22 +69,41 @@ func TestTypeScriptSDKSuite(t *testing.T) {
 		}
 	}
 
-	harness := filepath.Join(t.TempDir(), "harness")
-	args := []string{"build", "-o", harness}
-	if raceEnabled {
-		args = append(args, "-race")
+	bin := t.TempDir()
+	build := func(out, pkg string) error {
+		args := []string{"build", "-o", filepath.Join(bin, out)}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		b, err := exec.CommandContext(ctx, "go", append(args, pkg)...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+		}
+		return nil
 	}
-	if out, err := exec.CommandContext(ctx, "go", append(args, "./harness")...).CombinedOutput(); err != nil {
-		t.Fatalf("go build harness: %v\n%s", err, out)
+	if err := build("harness", "./harness"); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"COMPAT_HARNESS=" + filepath.Join(bin, "harness")}
+	err := build("fakeapi", "../../cmd/fakeapi")
+	if err == nil {
+		err = build("ctxproxy", "../../cmd/ctxproxy")
+	}
+	switch {
+	case err == nil:
+		env = append(env, "CTXPROXY_BIN="+filepath.Join(bin, "ctxproxy"), "FAKEAPI_BIN="+filepath.Join(bin, "fakeapi"))
+	case os.Getenv("CI") == "true":
+		t.Fatal(err)
+	default:
+		t.Logf("running against the in-process proxy: the binaries did not build: %v", err)
 	}
 
 	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "test/")
 	// A race-built harness would sleep 1s at every exit; a race it finds makes it exit 66, failing its test.
-	cmd.Env = append(os.Environ(), "COMPAT_HARNESS="+harness, "GORACE=atexit_sleep_ms=0", "NO_COLOR=1", "FORCE_COLOR=0")
+	cmd.Env = append(append(os.Environ(), env...), "GORACE=atexit_sleep_ms=0", "NO_COLOR=1", "FORCE_COLOR=0")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	if err != nil {
+	if err := cmd.Run(); err != nil {
 		t.Fatalf("node --test: %v\n%s", err, out.String())
 	}
 	// Show the suite's summary; with -v the whole report.

@@ -6,8 +6,12 @@
 // node test that spawned it ended or died) or it gets SIGINT/SIGTERM, and
 // removes its folders.
 //
+// With CTXPROXY_BIN and FAKEAPI_BIN set (paths of the built cmd/ctxproxy and
+// cmd/fakeapi) it runs those binaries, as a user would, instead of serving
+// both in process; "mode" in the JSON line says which.
+//
 //	go run ./compat/ts/harness
-//	{"proxy":"http://127.0.0.1:41231","fake":"http://127.0.0.1:35511","memory_dir":"/tmp/...","keys":{"agent":"...","inject":"..."}}
+//	{"mode":"in-process","proxy":"http://127.0.0.1:41231","fake":"http://127.0.0.1:35511","memory_dir":"/tmp/...","keys":{"agent":"...","inject":"..."}}
 package main
 
 import (
@@ -78,6 +82,7 @@ memory:
 }
 
 type ready struct {
+	Mode      string            `json:"mode"`
 	Proxy     string            `json:"proxy"`
 	Fake      string            `json:"fake"`
 	MemoryDir string            `json:"memory_dir"`
@@ -113,6 +118,20 @@ func run() error {
 		}
 	}
 
+	info := ready{Mode: "in-process", MemoryDir: memDir, Policies: polDir, Keys: keys}
+	if bin, fbin := os.Getenv("CTXPROXY_BIN"), os.Getenv("FAKEAPI_BIN"); bin != "" || fbin != "" {
+		if bin == "" || fbin == "" {
+			return errors.New("set both CTXPROXY_BIN and FAKEAPI_BIN, or neither")
+		}
+		info.Mode = "binaries"
+		stopAll, err := runBinaries(ctx, &info, bin, fbin, root)
+		if err != nil {
+			return err
+		}
+		defer stopAll()
+		return serveUntilDone(ctx, info)
+	}
+
 	log := zap.NewNop()
 	if os.Getenv("HARNESS_DEBUG") != "" {
 		log, _ = zap.NewDevelopment()
@@ -144,10 +163,16 @@ func run() error {
 	}
 	defer closeProxy()
 
-	line, _ := json.Marshal(ready{Proxy: proxyURL, Fake: fakeURL, MemoryDir: memDir, Policies: polDir, Keys: keys})
+	info.Proxy, info.Fake = proxyURL, fakeURL
+	return serveUntilDone(ctx, info)
+}
+
+// serveUntilDone announces info and waits for the parent to close our stdin
+// (or die), or for a signal.
+func serveUntilDone(ctx context.Context, info ready) error {
+	line, _ := json.Marshal(info)
 	fmt.Println(string(line))
 
-	// Stop when the parent closes our stdin (or dies).
 	stdinClosed := make(chan struct{})
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin)
