@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -16,7 +18,20 @@ import (
 // backend implements memoryhook.Backend on the tables of schema.go.
 type backend struct {
 	pool *pgxpool.Pool
+	// brokeAt is when a command last failed on a broken connection (unix
+	// nanoseconds); for a while after it the pool pings every connection it
+	// hands out, since its other idle ones are likely dead too (a restart,
+	// a failover).
+	brokeAt atomic.Int64
 }
+
+// suspect reports whether a pooled connection must be pinged before use.
+func (b *backend) suspect(p pgxpool.ShouldPingParams) bool {
+	return p.IdleDuration > time.Second || time.Since(time.Unix(0, b.brokeAt.Load())) < suspectFor
+}
+
+// suspectFor is how long after a broken connection every acquire pings.
+const suspectFor = 2 * time.Second
 
 var _ memoryhook.Backend = (*backend)(nil)
 
@@ -79,6 +94,7 @@ func (b *backend) run(ctx context.Context, sc memoryhook.Scope, fn func(ctx cont
 	}
 	err := fn(ctx)
 	if retryable(err) && ctx.Err() == nil {
+		b.brokeAt.Store(time.Now().UnixNano())
 		err = fn(ctx)
 	}
 	return unavailable(ctx, err)
@@ -91,10 +107,11 @@ func unavailable(ctx context.Context, err error) error {
 		return err
 	}
 	switch {
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return memoryhook.Unavailable("database timed out", err)
 	case errors.Is(ctx.Err(), context.Canceled):
 		return memoryhook.Unavailable("request canceled", err)
+	case ctx.Err() != nil, pgconn.Timeout(err), errors.Is(err, context.DeadlineExceeded):
+		// The command's deadline, or the pool's connect timeout.
+		return memoryhook.Unavailable("database timed out", err)
 	}
 	return memoryhook.Unavailable("database unavailable", err)
 }

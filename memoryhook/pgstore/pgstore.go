@@ -108,6 +108,8 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	if cfg.ConnConfig.ConnectTimeout <= 0 || cfg.ConnConfig.ConnectTimeout > o.timeout {
 		cfg.ConnConfig.ConnectTimeout = o.timeout
 	}
+	b := &backend{}
+	cfg.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool { return b.suspect(p) }
 	where := fmt.Sprintf("%s@%s:%d/%s", cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -117,7 +119,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres memory store %s: %w", where, err)
 	}
-	b := &backend{pool: pool}
+	b.pool = pool
 	return &Store{cmds: memoryhook.NewStore(b), b: b, pool: pool,
 		timeout: o.timeout, readyTimeout: o.readyTimeout, sweepEvery: 64}, nil
 }
