@@ -444,9 +444,12 @@ func (b *backend) Rename(ctx context.Context, sc memoryhook.Scope, from, to memo
 	})
 }
 
+// Ready pings, once more on a fresh connection if a pooled one was dead.
 func (b *backend) Ready(ctx context.Context) error {
-	if err := b.pool.Ping(ctx); err != nil {
-		return unavailable(ctx, err)
+	err := b.pool.Ping(ctx)
+	if retryable(err) && ctx.Err() == nil {
+		b.brokeAt.Store(time.Now().UnixNano())
+		err = b.pool.Ping(ctx)
 	}
-	return nil
+	return unavailable(ctx, err)
 }

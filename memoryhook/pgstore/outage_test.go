@@ -329,6 +329,16 @@ func TestOpen(t *testing.T) {
 			t.Fatalf("err = %v", err)
 		}
 	})
+	t.Run("bounds a stalled transaction", func(t *testing.T) {
+		s := newTestDB(t).open(t, WithTimeout(3*time.Second))
+		var v string
+		if err := s.pool.QueryRow(ctx, `SHOW idle_in_transaction_session_timeout`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		if v != "6s" {
+			t.Errorf("idle_in_transaction_session_timeout = %s, want 6s", v)
+		}
+	})
 	t.Run("sets application_name", func(t *testing.T) {
 		db := newTestDB(t)
 		st := db.open(t)

@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -102,6 +103,11 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		rp["application_name"] = o.appName
 	case rp["application_name"] == "":
 		rp["application_name"] = DefaultApplicationName
+	}
+	// A replica that stalls inside a transaction (paused, partitioned) must
+	// not hold a tenant's lock much longer than a command may take.
+	if rp["idle_in_transaction_session_timeout"] == "" {
+		rp["idle_in_transaction_session_timeout"] = strconv.FormatInt(max(2*o.timeout, time.Second).Milliseconds(), 10)
 	}
 	// The pool keeps dialling after an Acquire gives up; without a bound a
 	// black-holed database would pile up connects for minutes.
