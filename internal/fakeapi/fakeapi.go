@@ -250,7 +250,8 @@ func (a *API) recordLimit() int {
 func (a *API) record(r *Request) {
 	a.mu.Lock()
 	limit := a.recordLimit()
-	if len(a.reqs) >= 2*limit || (limit < 1024 && len(a.reqs) >= limit) {
+	// len/2 rather than 2*limit: an unlimited record limit is MaxInt.
+	if len(a.reqs)/2 >= limit || (limit < 1024 && len(a.reqs) >= limit) {
 		keep := limit - 1
 		n := copy(a.reqs, a.reqs[len(a.reqs)-keep:])
 		clear(a.reqs[n:])

@@ -1,0 +1,339 @@
+package main
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
+)
+
+// These tests drive the built binary, as a user would.
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+func binary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "ctxproxy-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "ctxproxy")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+const binKey = "sk-ant-binary-test"
+
+func binPolicies(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	sum := sha256.Sum256([]byte(binKey))
+	files := map[string]string{
+		"default.yaml": "tenant: default\nmemory:\n  mode: off\n",
+		"acme.yaml": "tenant: acme\napi_keys_sha256: [\"" + hex.EncodeToString(sum[:]) + "\"]\n" +
+			"context_management:\n  mode: enforce\n  clear_tool_uses:\n    trigger: { type: input_tokens, value: 30000 }\nmemory:\n  mode: proxy\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prices, err := os.ReadFile("../../policies/prices.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "prices.yaml"), prices, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+type proc struct {
+	cmd  *exec.Cmd
+	addr string
+	logs *strings.Builder
+	mu   *sync.Mutex
+	done chan struct{} // closed when the process has exited
+	err  error         // its exit error, once done
+}
+
+func (p *proc) logText() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.String()
+}
+
+// startProxy runs the binary on an ephemeral port and waits for its
+// listening log line.
+func startProxy(t *testing.T, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(binary(t), append([]string{"--listen", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(os.Environ(), "CTXPROXY_LOG_LEVEL=debug")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, logs: &strings.Builder{}, mu: &sync.Mutex{}, done: make(chan struct{})}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.logs.WriteString(line + "\n")
+			p.mu.Unlock()
+			if gjson.Get(line, "msg").Str == "ctxproxy listening" {
+				addr <- gjson.Get(line, "addr").Str
+			}
+		}
+	}()
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-p.done
+	})
+	select {
+	case p.addr = <-addr:
+	case <-p.done:
+		t.Fatalf("ctxproxy exited: %v\n%s", p.err, p.logText())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("ctxproxy did not start:\n%s", p.logText())
+	}
+	return p
+}
+
+func fakeUpstream(t *testing.T) (*fakeapi.API, string) {
+	fake := fakeapi.New()
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	return fake, srv.URL
+}
+
+func send(t *testing.T, addr, path, body string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+path, strings.NewReader(body))
+	req.Header.Set("X-Api-Key", binKey)
+	req.Header.Set("Anthropic-Version", "2023-06-01")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+func TestBinaryVersion(t *testing.T) {
+	out, err := exec.Command(binary(t), "--version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "ctxproxy ") {
+		t.Fatalf("--version: %v %q", err, out)
+	}
+}
+
+func TestBinaryValidate(t *testing.T) {
+	t.Run("accepts the shipped policies with a line per tenant", func(t *testing.T) {
+		out, err := exec.Command(binary(t), "validate", "--policies", "../../policies").CombinedOutput()
+		if err != nil {
+			t.Fatalf("validate: %v\n%s", err, out)
+		}
+		if !strings.Contains(string(out), "default") {
+			t.Fatalf("no summary for tenant default: %s", out)
+		}
+	})
+	t.Run("prints file:line problems and exits 1", func(t *testing.T) {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte("tenant: bad\ncontext_management:\n  mode: sometimes\n"), 0o644)
+		cmd := exec.Command(binary(t), "validate", "--policies", dir)
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+			t.Fatalf("exit: %v\n%s", err, out)
+		}
+		if !strings.Contains(string(out), "bad.yaml:3:") {
+			t.Fatalf("output does not name bad.yaml:3: %s", out)
+		}
+	})
+}
+
+func TestBinaryServesRecordsAndReports(t *testing.T) {
+	fake, upURL := fakeUpstream(t)
+	dir := t.TempDir()
+	pols := binPolicies(t)
+	ledger := filepath.Join(dir, "ledger.jsonl")
+	p := startProxy(t, "--upstream", upURL, "--policies", pols, "--memory-dir", filepath.Join(dir, "mem"),
+		"--ledger", "file:"+ledger, "--admin-token", "s3cret")
+	fake.SetResponder(fakeapi.Script(
+		fakeapi.Reply{Content: []json.RawMessage{fakeapi.MemoryCreate("/memories/a.md", "hello")}, Usage: &fakeapi.Usage{InputTokens: 1000, OutputTokens: 100}},
+		fakeapi.Reply{Content: []json.RawMessage{fakeapi.Text("done")}, Usage: &fakeapi.Usage{InputTokens: 2000, OutputTokens: 200},
+			AppliedEdits: []json.RawMessage{fakeapi.AppliedEdit("clear_tool_uses_20250919", 2, 5000)}},
+	))
+	resp, body := send(t, p.addr, "/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`)
+	if resp.StatusCode != 200 || gjson.Get(body, "content.0.text").Str != "done" {
+		t.Fatalf("status %d body %s", resp.StatusCode, body)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "mem", "acme", "a.md")); err != nil || string(b) != "hello" {
+		t.Fatalf("memory file: %q %v", b, err)
+	}
+	// Metrics count both upstream calls of the loop.
+	mresp, err := http.Get("http://" + p.addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	if !strings.Contains(string(metrics), `ctxproxy_requests_total{`) {
+		t.Fatalf("metrics lack ctxproxy_requests_total:\n%.2000s", metrics)
+	}
+	// The admin report needs the token.
+	rr, _ := http.Get("http://" + p.addr + "/admin/report")
+	rr.Body.Close()
+	if rr.StatusCode != 401 {
+		t.Fatalf("report without token: %d", rr.StatusCode)
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+p.addr+"/admin/report?tenant=acme", nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	// The ledger is written behind the request: poll until both calls are in.
+	var report string
+	within(t, 10*time.Second, "both calls reaching the report", func() {
+		for {
+			r, err := http.DefaultClient.Do(req)
+			if err == nil {
+				b, _ := io.ReadAll(r.Body)
+				r.Body.Close()
+				report = string(b)
+				if gjson.Get(report, "total.calls").Int() == 2 {
+					return
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	if in := gjson.Get(report, "total.input_tokens").Int(); in != 3000 {
+		t.Fatalf("report input tokens = %d, want 3000: %s", in, report)
+	}
+	// Logs never carry the key.
+	if strings.Contains(p.logText(), binKey) {
+		t.Fatal("a log line carries the API key")
+	}
+	// After a stop, `ctxproxy report` reads the same ledger.
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	<-p.done
+	out, err := exec.Command(binary(t), "report", "--ledger", "file:"+ledger, "--json").CombinedOutput()
+	if err != nil {
+		t.Fatalf("report: %v\n%s", err, out)
+	}
+	if gjson.GetBytes(out, "total.calls").Int() != 2 {
+		t.Fatalf("report after restart: %s", out)
+	}
+}
+
+func TestBinaryReloadsPoliciesOnSIGHUP(t *testing.T) {
+	fake, upURL := fakeUpstream(t)
+	pols := binPolicies(t)
+	p := startProxy(t, "--upstream", upURL, "--policies", pols, "--memory-dir", t.TempDir(), "--ledger", "file:"+filepath.Join(t.TempDir(), "l.jsonl"))
+	body := `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`
+	send(t, p.addr, "/v1/messages", body)
+	acme, _ := os.ReadFile(filepath.Join(pols, "acme.yaml"))
+	os.WriteFile(filepath.Join(pols, "acme.yaml"), []byte(strings.Replace(string(acme), "30000", "4242", 1)), 0o644)
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	within(t, 10*time.Second, "the reload taking effect", func() {
+		for {
+			send(t, p.addr, "/v1/messages", body)
+			if r, ok := fake.LastRequest("/v1/messages"); ok && gjson.GetBytes(r.Body, "context_management.edits.0.trigger.value").Int() == 4242 {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+}
+
+func TestBinaryStopsGracefullyOnSIGTERM(t *testing.T) {
+	fake, upURL := fakeUpstream(t)
+	p := startProxy(t, "--upstream", upURL, "--policies", binPolicies(t), "--memory-dir", t.TempDir(),
+		"--ledger", "file:"+filepath.Join(t.TempDir(), "l.jsonl"), "--shutdown-grace", "20s")
+	// A stream that takes a while: 8 text chunks, 150ms apart.
+	fake.Enqueue(fakeapi.Reply{Content: []json.RawMessage{fakeapi.Text("one two three four five six seven eight")}, TextChunks: 8, EventDelay: 150 * time.Millisecond})
+	req, _ := http.NewRequest(http.MethodPost, "http://"+p.addr+"/v1/messages", strings.NewReader(`{"model":"m","max_tokens":10,"stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("X-Api-Key", binKey)
+	req.Header.Set("Anthropic-Version", "2023-06-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	if line, _ := br.ReadString('\n'); line != "event: message_start\n" {
+		t.Fatalf("first line %q", line)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// New connections are refused once the listener is closed.
+	within(t, 10*time.Second, "the listener closing", func() {
+		for {
+			c, err := net.DialTimeout("tcp", p.addr, time.Second)
+			if err != nil {
+				return
+			}
+			c.Close()
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	rest, _ := io.ReadAll(br)
+	resp.Body.Close()
+	if !strings.HasSuffix(string(rest), "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n") {
+		t.Fatalf("the open stream did not finish:\n%s", rest)
+	}
+	select {
+	case <-p.done:
+		if p.err != nil {
+			t.Fatalf("exit: %v\n%s", p.err, p.logText())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("ctxproxy did not exit after SIGTERM")
+	}
+}
+
+func within(t *testing.T, d time.Duration, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("%s did not happen within %v", what, d)
+	}
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/ctxproxy/ctxproxy/policy"
+	"github.com/ctxproxy/ctxproxy/tokens"
+)
+
+// runValidate loads every policy file and prints file:line problems (exit 1)
+// or one summary line per tenant (exit 0).
+func runValidate(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	fs := flag.NewFlagSet("ctxproxy validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("policies", envOr(getenv, "CTXPROXY_POLICIES", "./policies"), "folder of tenant policy files (env CTXPROXY_POLICIES)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	set, err := policy.LoadDir(*dir)
+	if err != nil {
+		var les policy.LoadErrors
+		if errors.As(err, &les) {
+			for _, le := range les {
+				fmt.Fprintln(stdout, le.Error())
+			}
+		} else {
+			fmt.Fprintln(stdout, err)
+		}
+		return 1
+	}
+	for _, p := range set.Tenants() {
+		fmt.Fprintln(stdout, p.Summary())
+	}
+	return 0
+}
+
+// runReport prints the cost report from the ledger.
+func runReport(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	fs := flag.NewFlagSet("ctxproxy report", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	ledgerSpec := fs.String("ledger", envOr(getenv, "CTXPROXY_LEDGER", "file:./data/ledger.jsonl"), "usage ledger: file:PATH or a postgres:// URL (env CTXPROXY_LEDGER)")
+	tenant := fs.String("tenant", "", "only this tenant")
+	since := fs.String("since", "", "from this time (RFC 3339 or YYYY-MM-DD)")
+	until := fs.String("until", "", "up to this time (RFC 3339 or YYYY-MM-DD)")
+	groupBy := fs.String("group-by", "model", "model or day")
+	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	filter, err := tokens.ParseFilter(*tenant, *since, *until)
+	if err != nil {
+		fmt.Fprintln(stderr, "ctxproxy report:", err)
+		return 2
+	}
+	group, err := tokens.ParseGroupBy(*groupBy)
+	if err != nil {
+		fmt.Fprintln(stderr, "ctxproxy report: --group-by:", err)
+		return 2
+	}
+	ledger, err := tokens.OpenLedger(ctx, *ledgerSpec)
+	if err != nil {
+		fmt.Fprintln(stderr, "ctxproxy report:", err)
+		return 1
+	}
+	defer ledger.Close()
+	rep, err := tokens.RunReport(ctx, ledger, filter, group)
+	if err != nil {
+		fmt.Fprintln(stderr, "ctxproxy report:", err)
+		return 1
+	}
+	write := tokens.WriteReportTable
+	if *asJSON {
+		write = tokens.WriteReportJSON
+	}
+	if err := write(stdout, rep); err != nil {
+		fmt.Fprintln(stderr, "ctxproxy report:", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+// The compose file passes flags and environment to ctxproxy; a typo there
+// would only show when someone deploys it.
+func TestComposeFilePassesOnlyRealFlagsAndEnv(t *testing.T) {
+	data, err := os.ReadFile("../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Services map[string]struct {
+			Build       any               `yaml:"build"`
+			Command     []string          `yaml:"command"`
+			Environment map[string]string `yaml:"environment"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	flags, envs := map[string]bool{}, map[string]bool{}
+	for _, f := range serveFlags {
+		flags[f.name], envs[f.env] = true, true
+	}
+	replicas := 0
+	for name, svc := range doc.Services {
+		if svc.Build == nil {
+			continue // not ctxproxy
+		}
+		replicas++
+		if len(svc.Command) == 0 {
+			t.Errorf("%s: no command", name)
+		}
+		for _, arg := range svc.Command {
+			if !strings.HasPrefix(arg, "--") {
+				t.Errorf("%s: argument %q is not a --flag=value", name, arg)
+				continue
+			}
+			f, _, _ := strings.Cut(strings.TrimPrefix(arg, "--"), "=")
+			if !flags[f] {
+				t.Errorf("%s: flag --%s does not exist", name, f)
+			}
+		}
+		for k := range svc.Environment {
+			if strings.HasPrefix(k, "CTXPROXY_") && !envs[k] {
+				t.Errorf("%s: environment variable %s does not exist", name, k)
+			}
+		}
+		if _, _, err := parseConfig("ctxproxy", svc.Command, func(k string) string { return svc.Environment[k] }, serveFlags); err != nil {
+			t.Errorf("%s: ctxproxy would refuse its command line: %v", name, err)
+		}
+	}
+	if replicas != 2 {
+		t.Errorf("compose file runs %d ctxproxy replicas, want 2", replicas)
+	}
+}

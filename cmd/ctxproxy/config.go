@@ -1,0 +1,172 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config is the command line; every flag has an environment twin.
+type config struct {
+	Listen             string
+	Upstream           string
+	Policies           string
+	MemoryDir          string
+	MemoryStore        string
+	MaxBody            int64
+	LogLevel           string
+	RequireKnownTenant bool
+	Ledger             string
+	Prices             string
+	AdminToken         string
+	UpstreamTimeout    time.Duration
+	StreamIdleTimeout  time.Duration
+	ShutdownGrace      time.Duration
+}
+
+// flagSpec ties a flag to its env twin and default, so both stay in one table
+// (the compose file test reads it too).
+type flagSpec struct {
+	name, env, def, usage string
+}
+
+var serveFlags = []flagSpec{
+	{"listen", "CTXPROXY_LISTEN", "127.0.0.1:8080", "address to listen on"},
+	{"upstream", "CTXPROXY_UPSTREAM", "https://api.anthropic.com", "upstream Messages API base URL"},
+	{"policies", "CTXPROXY_POLICIES", "./policies", "folder of tenant policy files"},
+	{"memory-dir", "CTXPROXY_MEMORY_DIR", "./data/memories", "folder of the file memory store"},
+	{"memory-store", "CTXPROXY_MEMORY_STORE", "file", "memory store: file, or a postgres:// URL"},
+	{"max-body", "CTXPROXY_MAX_BODY", "32MiB", "largest request body"},
+	{"log-level", "CTXPROXY_LOG_LEVEL", "info", "debug, info, warn or error"},
+	{"require-known-tenant", "CTXPROXY_REQUIRE_KNOWN_TENANT", "false", "answer 401 to clients that match no tenant"},
+	{"ledger", "CTXPROXY_LEDGER", "file:./data/ledger.jsonl", "usage ledger: file:PATH or a postgres:// URL"},
+	{"prices", "CTXPROXY_PRICES", "", "prices file (default: prices.yaml in the policies folder)"},
+	{"admin-token", "CTXPROXY_ADMIN_TOKEN", "", "token for /admin endpoints; unset disables them"},
+	{"upstream-timeout", "CTXPROXY_UPSTREAM_TIMEOUT", "10m", "longest wait for the upstream's first byte"},
+	{"stream-idle-timeout", "CTXPROXY_STREAM_IDLE_TIMEOUT", "5m", "longest silence between stream events"},
+	{"shutdown-grace", "CTXPROXY_SHUTDOWN_GRACE", "30s", "how long open requests may finish on SIGTERM"},
+}
+
+// parseConfig reads flags (args) over environment over defaults.
+func parseConfig(name string, args []string, getenv func(string) string, specs []flagSpec) (*config, *flag.FlagSet, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	vals := map[string]*string{}
+	for _, s := range specs {
+		def := s.def
+		if v := getenv(s.env); v != "" {
+			def = v
+		}
+		vals[s.name] = fs.String(s.name, def, fmt.Sprintf("%s (env %s)", s.usage, s.env))
+	}
+	// --require-known-tenant may be given bare, like a bool flag.
+	if err := fs.Parse(normaliseBoolFlags(args, []string{"require-known-tenant"})); err != nil {
+		return nil, fs, err
+	}
+	c := &config{}
+	get := func(n string) string {
+		if p, ok := vals[n]; ok {
+			return *p
+		}
+		return ""
+	}
+	var err error
+	c.Listen = get("listen")
+	c.Upstream = get("upstream")
+	c.Policies = get("policies")
+	c.MemoryDir = get("memory-dir")
+	c.MemoryStore = get("memory-store")
+	c.LogLevel = get("log-level")
+	c.Ledger = get("ledger")
+	c.Prices = get("prices")
+	c.AdminToken = get("admin-token")
+	if v := get("max-body"); v != "" {
+		if c.MaxBody, err = parseSize(v); err != nil {
+			return nil, fs, fmt.Errorf("--max-body: %w", err)
+		}
+	}
+	if v := get("require-known-tenant"); v != "" {
+		if c.RequireKnownTenant, err = strconv.ParseBool(v); err != nil {
+			return nil, fs, fmt.Errorf("--require-known-tenant: %w", err)
+		}
+	}
+	for _, d := range []struct {
+		name string
+		dst  *time.Duration
+	}{{"upstream-timeout", &c.UpstreamTimeout}, {"stream-idle-timeout", &c.StreamIdleTimeout}, {"shutdown-grace", &c.ShutdownGrace}} {
+		if v := get(d.name); v != "" {
+			if *d.dst, err = time.ParseDuration(v); err != nil {
+				return nil, fs, fmt.Errorf("--%s: %w", d.name, err)
+			}
+		}
+	}
+	return c, fs, nil
+}
+
+// normaliseBoolFlags turns a bare "--flag" into "--flag=true" so string-typed
+// flags can be used like bools.
+func normaliseBoolFlags(args []string, names []string) []string {
+	out := make([]string, 0, len(args))
+	for i, a := range args {
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		bare := strings.TrimLeft(a, "-")
+		isBool := false
+		if bare != a {
+			for _, n := range names {
+				if bare == n {
+					isBool = true
+				}
+			}
+		}
+		if isBool {
+			// A following true/false is the value.
+			if i+1 < len(args) {
+				if _, err := strconv.ParseBool(args[i+1]); err == nil {
+					out = append(out, a)
+					continue
+				}
+			}
+			out = append(out, a+"=true")
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// parseSize reads 32MiB, 1MB, 512KiB, 1048576.
+func parseSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	units := []struct {
+		suffix string
+		mult   int64
+	}{
+		{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30},
+		{"KB", 1000}, {"MB", 1000 * 1000}, {"GB", 1000 * 1000 * 1000},
+		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1},
+	}
+	mult := int64(1)
+	num := s
+	for _, u := range units {
+		if strings.HasSuffix(strings.ToUpper(s), strings.ToUpper(u.suffix)) {
+			num = strings.TrimSpace(s[:len(s)-len(u.suffix)])
+			mult = u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("size %q: want a positive number with an optional unit (KiB, MiB, GiB)", s)
+	}
+	return n * mult, nil
+}
+
+func envOr(getenv func(string) string, k, def string) string {
+	if v := getenv(k); v != "" {
+		return v
+	}
+	return def
+}

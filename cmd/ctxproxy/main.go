@@ -1,0 +1,220 @@
+// Command ctxproxy is a reverse proxy in front of Anthropic's Messages API
+// that enforces per-tenant context editing and runs the memory tool.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/ctxproxy/ctxproxy/memoryhook"
+	"github.com/ctxproxy/ctxproxy/policy"
+	"github.com/ctxproxy/ctxproxy/proxy"
+	"github.com/ctxproxy/ctxproxy/tokens"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "--version", "-version", "version":
+			fmt.Fprintln(stdout, "ctxproxy", version)
+			return 0
+		case "validate":
+			return runValidate(args[1:], stdout, stderr, getenv)
+		case "report":
+			return runReport(ctx, args[1:], stdout, stderr, getenv)
+		case "demo":
+			return runDemo(ctx, args[1:], stdout, stderr, getenv)
+		case "serve":
+			args = args[1:]
+		}
+	}
+	cfg, _, err := parseConfig("ctxproxy", args, getenv, serveFlags)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "ctxproxy:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := serve(ctx, cfg, stderr, nil); err != nil {
+		fmt.Fprintln(stderr, "ctxproxy:", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(level string, w io.Writer) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.TimeKey = "time"
+	enc.EncodeTime = zapcore.RFC3339NanoTimeEncoder
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(w), lvl)
+	return zap.New(core), nil
+}
+
+// serve runs the proxy until ctx is done, then stops gracefully. ready, when
+// set, receives the listening address.
+func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- string) error {
+	log, err := newLogger(cfg.LogLevel, logOut)
+	if err != nil {
+		return err
+	}
+	defer log.Sync()
+	up, err := url.Parse(cfg.Upstream)
+	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
+		return fmt.Errorf("--upstream %q: want an http(s) URL", cfg.Upstream)
+	}
+	pols, err := policy.NewStore(cfg.Policies, log)
+	if err != nil {
+		return fmt.Errorf("load policies: %w", err)
+	}
+	mem, closeMem, err := openMemoryStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeMem()
+
+	pricesPath := cfg.Prices
+	if pricesPath == "" {
+		pricesPath = filepath.Join(cfg.Policies, "prices.yaml")
+	}
+	prices, err := tokens.LoadPrices(pricesPath)
+	if err != nil {
+		return fmt.Errorf("load prices: %w", err)
+	}
+	ledger, err := tokens.OpenLedger(ctx, cfg.Ledger)
+	if err != nil {
+		return fmt.Errorf("open ledger: %w", err)
+	}
+	defer ledger.Close()
+	metrics := tokens.NewMetrics(tenantNames(pols.Current()), prices.Models())
+	rec := tokens.NewRecorder(prices, metrics, ledger, log)
+	defer func() {
+		// Flush queued ledger records before the ledger closes.
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := rec.Close(cctx); err != nil {
+			log.Error("flush ledger", zap.Error(err))
+		}
+	}()
+	// Without --admin-token the handler answers 404: disabled, not open.
+	report := tokens.ReportHandler(ledger, cfg.AdminToken, tokens.WithLogger(log))
+
+	srv, err := proxy.New(proxy.Config{
+		Upstream:           up,
+		Policies:           pols,
+		Memory:             mem,
+		Recorder:           rec,
+		Metrics:            metrics,
+		Report:             report,
+		Log:                log,
+		MaxBody:            cfg.MaxBody,
+		RequireKnownTenant: cfg.RequireKnownTenant,
+		UpstreamTimeout:    cfg.UpstreamTimeout,
+		StreamIdleTimeout:  cfg.StreamIdleTimeout,
+	})
+	if err != nil {
+		return err
+	}
+
+	// Reload policies on SIGHUP and when a file in the folder changes.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() {
+		for {
+			select {
+			case <-hup:
+				if err := pols.Reload(); err == nil {
+					metrics.SetTenants(tenantNames(pols.Current()))
+				}
+			case <-watchCtx.Done():
+				return
+			}
+		}
+	}()
+	go func() {
+		if err := pols.Watch(watchCtx); err != nil && watchCtx.Err() == nil {
+			log.Error("policy watch stopped", zap.Error(err))
+		}
+	}()
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	hs := proxy.NewHTTPServer(srv, log)
+	log.Info("ctxproxy listening", zap.String("addr", ln.Addr().String()), zap.String("upstream", up.Redacted()),
+		zap.String("policies", cfg.Policies), zap.Int("tenants", len(pols.Current().Tenants())), zap.String("version", version))
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", zap.Duration("grace", cfg.ShutdownGrace))
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		hs.Close()
+		log.Warn("grace period over; open requests were cut", zap.Error(err))
+	}
+	return nil
+}
+
+func tenantNames(set *policy.Set) []string {
+	var names []string
+	for _, p := range set.Tenants() {
+		names = append(names, p.Tenant)
+	}
+	return names
+}
+
+// openMemoryStore picks the memory store: the file store by default, or
+// PostgreSQL for a postgres:// URL.
+func openMemoryStore(ctx context.Context, cfg *config, log *zap.Logger) (memoryhook.Store, func(), error) {
+	spec := cfg.MemoryStore
+	switch {
+	case spec == "" || spec == "file":
+		fs, err := memoryhook.NewFileStore(cfg.MemoryDir)
+		if err != nil {
+			return nil, nil, fmt.Errorf("open memory store %s: %w", cfg.MemoryDir, err)
+		}
+		return fs, func() {}, nil
+	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
+		return openPGMemory(ctx, spec, log)
+	}
+	return nil, nil, fmt.Errorf("--memory-store %q: want file or a postgres:// URL", spec)
+}
