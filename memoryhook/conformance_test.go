@@ -20,3 +20,7 @@ func newFileStore(t *testing.T) *memoryhook.FileStore {
 func TestFileStoreConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) memoryhook.Store { return newFileStore(t) })
 }
+
+func TestFileStoreContinuationsConformance(t *testing.T) {
+	storetest.RunContinuations(t, func(t *testing.T) memoryhook.Continuations { return newFileStore(t) })
+}
