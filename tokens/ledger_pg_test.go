@@ -2,60 +2,19 @@ package tokens
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/pgtest"
 	"github.com/jackc/pgx/v5"
 )
-
-const pgBaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-
-var pgSchemaSeq atomic.Int64
 
 // pgTestURL creates a schema of its own for t, dropped after it, and returns a URL whose
 // search_path points at it. Without PostgreSQL the test is skipped, or fails under CI=true.
 func pgTestURL(t *testing.T) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	url := os.Getenv("CTXPROXY_TEST_PG")
-	if url == "" {
-		url = pgBaseURL
-	}
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("PostgreSQL required under CI: %v", err)
-		}
-		t.Skipf("no PostgreSQL: %v", err)
-	}
-	defer conn.Close(ctx)
-	schema := fmt.Sprintf("tokens_test_%d_%d", os.Getpid(), pgSchemaSeq.Add(1))
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		c, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer c.Close(ctx)
-		if _, err := c.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	sep := "?"
-	if strings.Contains(url, "?") {
-		sep = "&"
-	}
-	return url + sep + "search_path=" + schema
+	return pgtest.New(t, "tokens_test").URL
 }
 
 func TestPGLedger(t *testing.T) {

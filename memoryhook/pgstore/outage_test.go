@@ -4,129 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/pgtest"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/ctxproxy/ctxproxy/memoryhook/storetest"
 )
 
-// forwarder is a TCP proxy to PostgreSQL that a test can take down (refuse
-// every connection), black-hole (accept and never answer: a hung database)
-// and bring back, for a deterministic outage.
-type forwarder struct {
-	ln     net.Listener
-	target string
-
-	mu    sync.Mutex
-	mode  string // "up", "down", "blackhole"
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
-}
-
-func newForwarder(t *testing.T, target string) *forwarder {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &forwarder{ln: ln, target: target, mode: "up", conns: map[net.Conn]struct{}{}}
-	f.wg.Add(1)
-	go f.serve()
-	t.Cleanup(func() {
-		ln.Close()
-		f.set("down")
-		f.wg.Wait()
-	})
-	return f
-}
-
-func (f *forwarder) addr() string { return f.ln.Addr().String() }
-
-// set switches the mode, cutting every open connection (a database coming
-// back answers the connects it held, if only with a reset).
-func (f *forwarder) set(mode string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.mode = mode
-	for c := range f.conns {
-		c.Close()
-	}
-}
-
-// track registers c unless the mode says otherwise; false = closed.
-func (f *forwarder) track(c net.Conn, want string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.mode != want {
-		c.Close()
-		return false
-	}
-	f.conns[c] = struct{}{}
-	return true
-}
-
-func (f *forwarder) untrack(cs ...net.Conn) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, c := range cs {
-		c.Close()
-		delete(f.conns, c)
-	}
-}
-
-func (f *forwarder) serve() {
-	defer f.wg.Done()
-	for {
-		c, err := f.ln.Accept()
-		if err != nil {
-			return
-		}
-		f.mu.Lock()
-		mode := f.mode
-		f.mu.Unlock()
-		f.wg.Add(1)
-		go func() {
-			defer f.wg.Done()
-			switch mode {
-			case "down":
-				c.Close()
-			case "blackhole":
-				if f.track(c, "blackhole") {
-					io.Copy(io.Discard, c) // until the client gives up or the mode changes
-					f.untrack(c)
-				}
-			case "up":
-				up, err := net.Dial("tcp", f.target)
-				if err != nil {
-					c.Close()
-					return
-				}
-				if !f.track(c, "up") || !f.track(up, "up") {
-					f.untrack(c, up)
-					return
-				}
-				done := make(chan struct{}, 2)
-				go func() { io.Copy(up, c); done <- struct{}{} }()
-				go func() { io.Copy(c, up); done <- struct{}{} }()
-				<-done
-				f.untrack(c, up)
-				<-done
-			}
-		}()
-	}
-}
-
 // viaForwarder opens a store on db whose connections go through a forwarder.
-func viaForwarder(t *testing.T, db *testDB, opts ...Option) (*Store, *forwarder) {
+func viaForwarder(t *testing.T, db *testDB, opts ...Option) (*Store, *pgtest.Forwarder) {
 	t.Helper()
-	f := newForwarder(t, "127.0.0.1:5432")
-	url := strings.Replace(db.url, "127.0.0.1:5432", f.addr(), 1)
-	if url == db.url {
+	f := pgtest.NewForwarder(t, "127.0.0.1:5432")
+	url, ok := f.URL(db.url)
+	if !ok {
 		t.Skip("CTXPROXY_TEST_PG does not point at 127.0.0.1:5432")
 	}
 	return db.openURL(t, url, opts...), f
@@ -188,7 +82,7 @@ func TestDatabaseDownAndBack(t *testing.T) {
 	t.Run("works through the forwarder", func(t *testing.T) { allWork(t, 1) })
 
 	t.Run("down: every command answers unavailable and Ready says why", func(t *testing.T) {
-		fwd.set("down")
+		fwd.Set("down")
 		allFail(t, "database unavailable")
 		err := st.Ready(ctx)
 		if err == nil || !strings.HasPrefix(err.Error(), "memory store unavailable: database unavailable: ") {
@@ -198,7 +92,7 @@ func TestDatabaseDownAndBack(t *testing.T) {
 	})
 
 	t.Run("hung: commands give up at their deadline", func(t *testing.T) {
-		fwd.set("blackhole")
+		fwd.Set("blackhole")
 		allFail(t, "database timed out")
 		if err := st.Ready(ctx); err == nil || !strings.Contains(err.Error(), "database timed out") {
 			t.Errorf("Ready = %v", err)
@@ -216,7 +110,7 @@ func TestDatabaseDownAndBack(t *testing.T) {
 	})
 
 	t.Run("back: the same store recovers by itself", func(t *testing.T) {
-		fwd.set("up")
+		fwd.Set("up")
 		allWork(t, 2)
 		if got := mustOK(t, st, sc, storetest.J("command", "view", "path", "/memories/f.md")); !strings.Contains(got, "\ttwo") {
 			t.Errorf("data lost across the outage:\n%s", got)
