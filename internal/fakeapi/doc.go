@@ -41,7 +41,10 @@
 //     or zstd content-encoding is decoded first); model string; max_tokens
 //     integer ≥ 1 (not for count_tokens); stream boolean; thinking enabled
 //     (budget_tokens ≥ 1024 and < max_tokens) | adaptive | disabled.
-//   - messages non-empty; roles alternate starting with user; content
+//   - messages non-empty; roles alternate starting with user, where
+//     {"role":"system"} entries of text (as Claude Code sends after its first
+//     user turn) stand outside the alternation but not between a tool_use and
+//     its tool_result; content
 //     non-empty except a final assistant turn; every tool_use of an assistant
 //     turn answered by a tool_result with its id in the very next user turn,
 //     the results placed before any other block; no tool_result without its

@@ -544,11 +544,17 @@ func checkConversation(msgs []json.RawMessage) (int, *reqError) {
 			return assistant, badRequest("messages.%d: Input should be an object", i)
 		}
 		role := m.Get("role").Str
-		if role != "user" && role != "assistant" {
-			return assistant, badRequest("messages.%d.role: Input should be 'user' or 'assistant'", i)
+		if role != "user" && role != "assistant" && role != "system" {
+			return assistant, badRequest("messages.%d.role: Input should be 'user', 'assistant' or 'system'", i)
 		}
 		if i == 0 && role != "user" {
 			return assistant, badRequest("messages: first message must use the \"user\" role")
+		}
+		if role == "system" {
+			if err := checkSystemMessage(m, i, pending); err != nil {
+				return assistant, err
+			}
+			continue // outside the user/assistant alternation
 		}
 		if role == prevRole {
 			return assistant, badRequest("messages: roles must alternate between \"user\" and \"assistant\", but found multiple %q roles in a row (messages.%d)", role, i)
@@ -648,4 +654,38 @@ func checkConversation(msgs []json.RawMessage) (int, *reqError) {
 		pending = pending[:0]
 	}
 	return assistant, nil
+}
+
+// checkSystemMessage checks a {"role":"system"} entry of messages. Claude Code
+// sends one after the first user turn (its environment notes: content a list
+// of text blocks on the first turn, a string on later ones), with or without
+// its experimental betas, so the API takes it. It does not count in the
+// user/assistant alternation, and it cannot sit between a tool_use and its
+// tool_result.
+func checkSystemMessage(m gjson.Result, i int, pending []string) *reqError {
+	if len(pending) > 0 {
+		return badRequest("messages.%d: `tool_use` ids were found without `tool_result` blocks immediately after: %s. Each `tool_use` block must have a corresponding `tool_result` block in the next message.", i-1, strings.Join(pending, ", "))
+	}
+	content := m.Get("content")
+	switch {
+	case content.Type == gjson.String:
+		if content.Str == "" {
+			return badRequest("messages.%d: all messages must have non-empty content except for the optional final assistant message", i)
+		}
+	case content.IsArray():
+		blocks := content.Array()
+		if len(blocks) == 0 {
+			return badRequest("messages.%d: all messages must have non-empty content except for the optional final assistant message", i)
+		}
+		for j, b := range blocks {
+			if b.Get("type").Str != "text" || b.Get("text").Type != gjson.String {
+				return badRequest("messages.%d.content.%d: a system message holds only text blocks", i, j)
+			}
+		}
+	case !content.Exists():
+		return badRequest("messages.%d.content: Field required", i)
+	default:
+		return badRequest("messages.%d.content: Input should be a valid string or list of content blocks", i)
+	}
+	return nil
 }
