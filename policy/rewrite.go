@@ -99,11 +99,25 @@ func (p *Policy) Rewrite(body []byte, h http.Header, countTokens bool) ([]byte, 
 
 	var cm, tools, thinking, thread member
 	var dup string
+	dupFound := false // the duplicate may be the empty key
+	var kbuf [16]string
+	keys := kbuf[:0]
+members:
 	for _, tm := range members {
 		k := s[tm.keyStart+1 : tm.keyEnd-1]
 		if tm.keyEsc {
 			k = gjson.Parse(s[tm.keyStart:tm.keyEnd]).Str
 		}
+		// Any key given twice is refused, not only the ones rewritten here: the
+		// proxy reads the first "model" or "stream", the API may read the last,
+		// a way around accounting and the streaming relay.
+		for _, prev := range keys {
+			if prev == k {
+				dup, dupFound = k, true
+				break members
+			}
+		}
+		keys = append(keys, k)
 		var m *member
 		switch k {
 		case "context_management":
@@ -117,16 +131,11 @@ func (p *Policy) Rewrite(body []byte, h http.Header, countTokens bool) ([]byte, 
 		default:
 			continue
 		}
-		if m.found {
-			// The API may read the last copy while we rewrite the first: refuse rather than be bypassed.
-			dup = k
-			break
-		}
 		val := gjson.Parse(s[tm.valStart:tm.valEnd])
 		val.Index = tm.valStart
 		*m = member{found: true, key: gjson.Result{Type: gjson.String, Raw: s[tm.keyStart:tm.keyEnd], Str: k, Index: tm.keyStart}, val: val}
 	}
-	if dup != "" {
+	if dupFound {
 		return nil, info, badRequest("request body has the key %q more than once", dup)
 	}
 	if thinking.found && thinking.val.IsObject() {

@@ -360,3 +360,20 @@ func TestAStreamIdlePastTheTimeoutEndsWithATimeoutError(t *testing.T) {
 
 var _ = errors.New
 var _ = net.Dial
+
+func TestWithoutADefaultPolicyUnknownClientsGoUpUntouched(t *testing.T) {
+	p := testPolicies()
+	delete(p, "default.yaml")
+	h := newHarnessWith(t, nil, p)
+	body := `{"model":"m","max_tokens":5,  "messages":[{"role":"user","content":"hi"}]}`
+	readAll(t, h.post("/v1/messages", keyOther, body).Body)
+	up := h.lastUpstream("/v1/messages")
+	if string(up.Body) != body || up.Header.Get("Anthropic-Beta") != "" {
+		t.Fatalf("upstream got %s with beta %q, want the body untouched", up.Body, up.Header.Get("Anthropic-Beta"))
+	}
+	// It is still validated.
+	resp := h.post("/v1/messages", keyOther, `{"model":"m","model":"n"}`)
+	if got := readAll(t, resp.Body); resp.StatusCode != 400 {
+		t.Fatalf("duplicate key without a policy: %d %s", resp.StatusCode, got)
+	}
+}

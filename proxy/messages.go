@@ -91,10 +91,6 @@ func (x *exchange) readAndRewrite(countTokens bool) bool {
 		x.fail(http.StatusBadRequest, "invalid_request_error", "could not read request body: "+err.Error())
 		return false
 	}
-	if err := checkBody(body); err != nil {
-		x.fail(http.StatusBadRequest, "invalid_request_error", err.Error())
-		return false
-	}
 	key := apiKey(r.Header)
 	x.keyID = keyID(key)
 	set := s.cfg.Policies.Current()
@@ -105,28 +101,25 @@ func (x *exchange) readAndRewrite(countTokens bool) bool {
 	}
 	x.pol = pol
 	x.header = r.Header.Clone()
-	x.body = body
 	if pol != nil {
 		x.tenant = pol.Tenant
 		x.memory = pol.Memory.Mode == policy.MemoryProxy && !countTokens
 		x.retry = retryPolicy{retries: pol.Upstream.Retries, base: pol.Upstream.RetryBaseDelay, max: pol.Upstream.RetryMaxDelay}
-		nb, info, err := pol.Rewrite(body, x.header, countTokens)
-		if err != nil {
-			var re *policy.RequestError
-			if errors.As(err, &re) {
-				x.fail(re.Status, re.Type, re.Message)
-				return false
-			}
-			x.fail(http.StatusBadRequest, "invalid_request_error", err.Error())
+	}
+	// A nil policy (no default.yaml) still validates the body and changes nothing.
+	nb, info, err := pol.Rewrite(body, x.header, countTokens)
+	if err != nil {
+		var re *policy.RequestError
+		if errors.As(err, &re) {
+			x.fail(re.Status, re.Type, re.Message)
 			return false
 		}
-		x.body, x.info = nb, info
-		if x.body, err = x.applyContinuation(r.Context(), x.body); err != nil {
-			x.fail(http.StatusServiceUnavailable, "api_error", "memory store unavailable: "+err.Error())
-			return false
-		}
-	} else if !gjson.ValidBytes(body) {
-		x.fail(http.StatusBadRequest, "invalid_request_error", "request body is not valid JSON")
+		x.fail(http.StatusBadRequest, "invalid_request_error", err.Error())
+		return false
+	}
+	x.body, x.info = nb, info
+	if x.body, err = x.applyContinuation(r.Context(), x.body); err != nil {
+		x.fail(http.StatusServiceUnavailable, "api_error", "memory store unavailable: "+err.Error())
 		return false
 	}
 	x.model = gjson.GetBytes(x.body, "model").String()

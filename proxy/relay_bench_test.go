@@ -1,0 +1,242 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+
+	"github.com/ctxproxy/ctxproxy/memoryhook"
+	"github.com/ctxproxy/ctxproxy/policy"
+)
+
+var errEOF = io.EOF
+
+// discardWriter is a client that reads everything at once: it counts bytes
+// and flushes for free, so a benchmark measures only the proxy.
+type discardWriter struct {
+	h http.Header
+	n int64
+}
+
+func (d *discardWriter) Header() http.Header {
+	if d.h == nil {
+		d.h = http.Header{}
+	}
+	return d.h
+}
+func (d *discardWriter) Write(p []byte) (int, error) { d.n += int64(len(p)); return len(p), nil }
+func (d *discardWriter) WriteHeader(int)             {}
+func (d *discardWriter) Flush()                      {}
+
+// BenchmarkRelay is the streaming relay of one 200-event upstream stream to
+// the client: as is (no memory), and in memory proxy mode where a memory
+// block is withheld and every later event is renumbered, in the first round
+// and in a later round of the loop.
+func BenchmarkRelay(b *testing.B) {
+	cases := []struct {
+		name   string
+		memory bool
+		first  bool // stream starts with a memory block
+		round  int
+		next   int // client block index the round starts at
+	}{
+		{"no memory", false, false, 0, 0},
+		{"memory proxy, withheld block renumbered", true, true, 0, 0},
+		{"memory proxy, later round renumbered", true, false, 1, 1},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			stream := benchStream(200, tc.first)
+			x := &exchange{memory: tc.memory}
+			dw := &discardWriter{}
+			sw := &streamWriter{w: dw, rc: http.NewResponseController(dw)}
+			b.SetBytes(int64(len(stream)))
+			b.ReportAllocs()
+			for b.Loop() {
+				rd := &round{}
+				next := tc.next
+				if err := x.relay(newSSEReader(bytes.NewReader(stream)), sw, rd, tc.round, &next); err != nil {
+					b.Fatal(err)
+				}
+				if !rd.done {
+					b.Fatal("stream not relayed to its end")
+				}
+			}
+		})
+	}
+}
+
+// Tenants of the Server benchmarks.
+const (
+	benchKeyOff     = "sk-bench-off"
+	benchKeyEnforce = "sk-bench-enforce"
+	benchKeyMemory  = "sk-bench-memory"
+)
+
+func benchPolicyStore(b *testing.B) *policy.Store {
+	b.Helper()
+	dir := b.TempDir()
+	cm := "context_management:\n  mode: enforce\n  clear_thinking:\n    keep: all\n  clear_tool_uses:\n" +
+		"    trigger: { type: input_tokens, value: 100000 }\n    keep: { type: tool_uses, value: 3 }\n"
+	files := map[string]string{
+		"default.yaml": "tenant: default\ncontext_management:\n  mode: off\nmemory:\n  mode: off\n",
+		"off.yaml":     "tenant: off\napi_keys_sha256: [\"" + sha(benchKeyOff) + "\"]\ncontext_management:\n  mode: off\nmemory:\n  mode: off\n",
+		"enforce.yaml": "tenant: enforce\napi_keys_sha256: [\"" + sha(benchKeyEnforce) + "\"]\n" + cm + "memory:\n  mode: inject\n",
+		"memory.yaml":  "tenant: memory\napi_keys_sha256: [\"" + sha(benchKeyMemory) + "\"]\n" + cm + "memory:\n  mode: proxy\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	st, err := policy.NewStore(dir, zap.NewNop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return st
+}
+
+// memoryUpstream answers in memory: a reply JSON, or a stream; in memory
+// proxy mode a request whose last turn is not a tool_result gets a memory
+// call first.
+type memoryUpstream struct {
+	reply, stream, memReply, memStream []byte
+	buf                                bytes.Buffer // reused: benchmarks run one request at a time
+}
+
+func (u *memoryUpstream) RoundTrip(req *http.Request) (*http.Response, error) {
+	u.buf.Reset()
+	_, err := u.buf.ReadFrom(req.Body)
+	req.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	body := u.buf.Bytes()
+	streaming := bytes.Contains(body[:min(len(body), 400)], []byte(`"stream":true`))
+	memCall := req.Header.Get("X-Api-Key") == benchKeyMemory && !bytes.Contains(body[max(len(body)-400, 0):], []byte(`"tool_result"`))
+	out, ct := u.reply, "application/json"
+	switch {
+	case streaming && memCall:
+		out, ct = u.memStream, "text/event-stream; charset=utf-8"
+	case streaming:
+		out, ct = u.stream, "text/event-stream; charset=utf-8"
+	case memCall:
+		out = u.memReply
+	}
+	return &http.Response{
+		StatusCode:    http.StatusOK,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        http.Header{"Content-Type": {ct}, "Request-Id": {"req_bench"}},
+		Body:          io.NopCloser(bytes.NewReader(out)),
+		ContentLength: int64(len(out)),
+		Request:       req,
+	}, nil
+}
+
+func newBenchServer(b *testing.B) *Server {
+	b.Helper()
+	mem, err := memoryhook.NewFileStore(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	up := &memoryUpstream{
+		reply:     []byte(`{"id":"msg_bench","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"Done. The handler tests pass again."}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":512,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":12},"context_management":{"applied_edits":[]}}`),
+		memReply:  []byte(`{"id":"msg_bench_m","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"tool_use","id":"toolu_bench_mem","name":"memory","input":{"command":"view","path":"/memories"}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":512,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":12},"context_management":{"applied_edits":[]}}`),
+		stream:    benchStream(200, false),
+		memStream: benchMemoryCallStream(),
+	}
+	u, _ := url.Parse("http://upstream.invalid")
+	s, err := New(Config{Upstream: u, Policies: benchPolicyStore(b), Memory: mem, Transport: up})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// benchMemoryCallStream is a round that only calls the memory tool.
+func benchMemoryCallStream() []byte {
+	s := benchStream(12, true)
+	// Keep the memory block, drop the text block: cut before the text block start.
+	i := bytes.Index(s, []byte("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1"))
+	j := bytes.Index(s, []byte("event: message_delta"))
+	out := append(append([]byte(nil), s[:i]...), s[j:]...)
+	return bytes.Replace(out, []byte(`"stop_reason":"end_turn"`), []byte(`"stop_reason":"tool_use"`), 1)
+}
+
+func benchSmallBody(stream bool) []byte {
+	st := ""
+	if stream {
+		st = `"stream":true,`
+	}
+	return []byte(`{"model":"claude-sonnet-4-5","max_tokens":1024,` + st + `"system":"You are a careful coding agent.",` +
+		`"tools":[{"name":"read_file","description":"Read a file.","input_schema":{"type":"object","properties":{"path":{"type":"string"}}}}],` +
+		`"messages":[{"role":"user","content":` + string(appendJSONString(nil, strings.Repeat("Fix the failing handler test, please. ", 48))) + `}]}`)
+}
+
+// benchLargeBody is a 1 MB, 200-turn tool transcript.
+func benchLargeBody() []byte {
+	var sb bytes.Buffer
+	sb.WriteString(`{"model":"claude-sonnet-4-5","max_tokens":4096,"system":"You are a careful coding agent.",` +
+		`"tools":[{"name":"read_file","description":"Read a file.","input_schema":{"type":"object","properties":{"path":{"type":"string"}}}}],` +
+		`"messages":[{"role":"user","content":"Find why the handler tests fail and fix them."}`)
+	result := string(appendJSONString(nil, strings.Repeat("\tfunc handler(w http.ResponseWriter, r *http.Request) { log.Printf(\"serving %s\", r.URL.Path) }\n", 105)))
+	for i := 0; i < 100; i++ {
+		id := "toolu_bench_" + string(rune('a'+i%26)) + strings.Repeat("x", i/26)
+		sb.WriteString(`,{"role":"assistant","content":[{"type":"tool_use","id":"` + id + `","name":"read_file","input":{"path":"h.go"}}]}`)
+		sb.WriteString(`,{"role":"user","content":[{"type":"tool_result","tool_use_id":"` + id + `","content":` + result + `}]}`)
+	}
+	sb.WriteString(`]}`)
+	return sb.Bytes()
+}
+
+// BenchmarkServe is one request through Server.ServeHTTP with an in-memory
+// upstream: the whole per-request cost of the proxy (routing, tenant lookup,
+// rewrite, upstream request, reply relay, accounting), without the network.
+func BenchmarkServe(b *testing.B) {
+	s := newBenchServer(b)
+	small, large, stream := benchSmallBody(false), benchLargeBody(), benchSmallBody(true)
+	cases := []struct {
+		name string
+		key  string
+		body []byte
+	}{
+		{"small/policy off", benchKeyOff, small},
+		{"small/enforce", benchKeyEnforce, small},
+		{"small/memory proxy", benchKeyMemory, small},
+		{"1MB/policy off", benchKeyOff, large},
+		{"1MB/enforce", benchKeyEnforce, large},
+		{"1MB/memory proxy", benchKeyMemory, large},
+		{"stream 200 events/policy off", benchKeyOff, stream},
+		{"stream 200 events/enforce", benchKeyEnforce, stream},
+		{"stream 200 events/memory proxy", benchKeyMemory, stream},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(tc.body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				req := httptest.NewRequestWithContext(context.Background(), http.MethodPost, "/v1/messages", bytes.NewReader(tc.body))
+				req.ContentLength = int64(len(tc.body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Anthropic-Version", "2023-06-01")
+				req.Header.Set("X-Api-Key", tc.key)
+				w := &discardWriter{}
+				s.ServeHTTP(w, req)
+				if w.n == 0 {
+					b.Fatal("empty reply")
+				}
+			}
+		})
+	}
+}
