@@ -68,8 +68,8 @@ func errorBody(typ, msg string) []byte {
 	return append(b, `}}`...)
 }
 
-// writeError answers with the API's error shape.
-func writeError(w http.ResponseWriter, status int, typ, msg string) {
+// writeError answers with the API's error shape; it returns the bytes written.
+func writeError(w http.ResponseWriter, status int, typ, msg string) int {
 	if typ == "" {
 		typ = ErrorType(status)
 	}
@@ -78,7 +78,8 @@ func writeError(w http.ResponseWriter, status int, typ, msg string) {
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
-	w.Write(body)
+	n, _ := w.Write(body)
+	return n
 }
 
 // sseErrorEvent is the mid-stream failure event (spec §5).

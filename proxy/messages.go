@@ -67,7 +67,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, countTokens bool)
 // fail answers with the API's error shape before anything else was sent.
 func (x *exchange) fail(status int, typ, msg string) {
 	x.status = status
-	writeError(x.w, status, typ, msg)
+	x.outN += int64(writeError(x.w, status, typ, msg))
 }
 
 // readAndRewrite reads the body, finds the tenant and applies its policy.
