@@ -130,8 +130,28 @@ type upstream struct {
 	client *http.Client
 }
 
-// newRequest builds the upstream request for path from the client's request,
-// with body as its (possibly rewritten) body.
+// upstreamHeader is the header set the proxy sends upstream for in: the
+// client's end-to-end headers, an Accept-Encoding the proxy can decode, and
+// no body framing (the proxy sets its own). It is built once per client
+// request and shared by every upstream call of it, which only read it.
+func upstreamHeader(in *http.Request) http.Header {
+	h := in.Header.Clone()
+	removeHopHeaders(h)
+	h.Del("Content-Length")
+	h.Del("Content-Encoding") // the body was read (and decoded) by the proxy
+	if ae := readableAcceptEncoding(in.Header); ae != "" {
+		h.Set("Accept-Encoding", ae)
+	} else {
+		h.Set("Accept-Encoding", "identity")
+	}
+	if _, ok := h["User-Agent"]; !ok {
+		h.Set("User-Agent", "") // as httputil: don't add Go's default
+	}
+	return h
+}
+
+// newRequest builds the upstream request for in's path and query, with h
+// (from upstreamHeader) and body.
 func (u *upstream) newRequest(ctx context.Context, in *http.Request, h http.Header, body []byte) (*http.Request, error) {
 	target := *u.base
 	target.Path = singleJoiningSlash(u.base.Path, in.URL.Path)
@@ -141,18 +161,7 @@ func (u *upstream) newRequest(ctx context.Context, in *http.Request, h http.Head
 	if err != nil {
 		return nil, fmt.Errorf("build upstream request: %w", err)
 	}
-	req.Header = h.Clone()
-	removeHopHeaders(req.Header)
-	req.Header.Del("Content-Length")
-	req.Header.Del("Content-Encoding") // the body was read (and decoded) by the proxy
-	if ae := readableAcceptEncoding(in.Header); ae != "" {
-		req.Header.Set("Accept-Encoding", ae)
-	} else {
-		req.Header.Set("Accept-Encoding", "identity")
-	}
-	if _, ok := req.Header["User-Agent"]; !ok {
-		req.Header.Set("User-Agent", "") // as httputil: don't add Go's default
-	}
+	req.Header = h
 	req.ContentLength = int64(len(body))
 	req.Host = target.Host
 	return req, nil

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"time"
 
@@ -177,7 +176,7 @@ func (x *exchange) servePlain() {
 			x.upstreamError(err)
 			return
 		}
-		reply, err := io.ReadAll(io.LimitReader(resp.Body, maxReplyBytes))
+		reply, err := readReply(resp)
 		resp.Body.Close()
 		x.upDur += time.Since(t0)
 		if err != nil {

@@ -27,7 +27,7 @@ type exchange struct {
 	pol     *policy.Policy // nil: no policy applies; forwarded untouched
 	tenant  string
 	keyID   string
-	header  http.Header // upstream request headers (beta merged)
+	header  http.Header // upstream request headers (beta merged), read-only once built
 	body    []byte      // upstream request body (rewritten)
 	info    policy.RewriteInfo
 	model   string
@@ -100,7 +100,7 @@ func (x *exchange) readAndRewrite(countTokens bool) bool {
 		return false
 	}
 	x.pol = pol
-	x.header = r.Header.Clone()
+	x.header = upstreamHeader(r)
 	if pol != nil {
 		x.tenant = pol.Tenant
 		x.memory = pol.Memory.Mode == policy.MemoryProxy && !countTokens
@@ -178,7 +178,7 @@ func (x *exchange) relayOnce() {
 		return
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxReplyBytes))
+	body, err := readReply(resp)
 	x.upDur += time.Since(t0)
 	if err != nil {
 		x.upstreamError(err)
@@ -195,6 +195,17 @@ func (x *exchange) upstreamError(err error) {
 	}
 	x.s.log.Warn("upstream failed", zap.String("tenant", x.tenant), zap.Error(err))
 	x.fail(status, "", msg)
+}
+
+// readReply reads a whole non-streamed reply, sized once when its length
+// is known.
+func readReply(resp *http.Response) ([]byte, error) {
+	if n := resp.ContentLength; n >= 0 && n <= maxReplyBytes {
+		buf := make([]byte, n)
+		_, err := io.ReadFull(resp.Body, buf)
+		return buf, err
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, maxReplyBytes))
 }
 
 // copyReplyHeaders copies the upstream's end-to-end headers (request-id,

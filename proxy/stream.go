@@ -248,7 +248,7 @@ func (x *exchange) relay(rd0 *sseReader, sw *streamWriter, rd *round, i int, nex
 				sw.send(ev.Raw)
 			}
 		case "content_block_start":
-			if !mem && i == 0 {
+			if !mem { // nothing withheld, no later round: relay as is
 				sw.send(ev.Raw)
 				continue
 			}
@@ -280,7 +280,7 @@ func (x *exchange) relay(rd0 *sseReader, sw *streamWriter, rd *round, i int, nex
 			*next++
 			x.sendIndexed(sw, ev, idx, index[idx])
 		case "content_block_delta", "content_block_stop":
-			if !mem && i == 0 {
+			if !mem {
 				sw.send(ev.Raw)
 				continue
 			}
