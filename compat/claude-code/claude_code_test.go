@@ -92,6 +92,7 @@ type ccCase struct {
 	tenant    string // names the tenant's folder in the memory store
 	shape     shape
 	compress  bool     // the fake compresses its replies
+	bearer    bool     // the key goes as ANTHROPIC_AUTH_TOKEN (Authorization: Bearer)
 	env       []string // extra environment for Claude Code
 	wantEdits string   // "client": Claude Code's own stand; "tenant": the tenant's
 	// tenantEdits, when set, is the exact edits array expected upstream.
@@ -133,6 +134,8 @@ func TestClaudeCode(t *testing.T) {
 			key: keyEnforce, tenant: "claude-code", shape: loop, wantEdits: "tenant"},
 		{name: "compressed replies (zstd, br, gzip): Claude Code gets a readable stream and memory still runs",
 			key: keyDefault, tenant: "cc-default", shape: loop, compress: true, wantEdits: "client"},
+		{name: "a Bearer token (ANTHROPIC_AUTH_TOKEN) finds the tenant and is forwarded as it came",
+			key: keyEnforce, tenant: "claude-code", shape: mixed, bearer: true, wantEdits: "tenant"},
 		{name: "experimental betas off: the proxy adds the context-management beta and the tenant's edits",
 			key: keyDefault, tenant: "cc-default", shape: mixed, wantEdits: "tenant", tenantEdits: tenantDefaultEdits,
 			env: []string{"CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS=1"}},
@@ -162,7 +165,11 @@ func runCase(ctx context.Context, t *testing.T, c ccCase, n int, claude, memDir 
 	tp.upstream.take()
 
 	began := time.Now()
-	res, stderr := runClaude(ctx, t, claude, tp.client.URL, c.key, c.env)
+	env := append([]string{"ANTHROPIC_API_KEY=" + c.key}, c.env...)
+	if c.bearer {
+		env[0] = "ANTHROPIC_AUTH_TOKEN=" + c.key
+	}
+	res, stderr := runClaude(ctx, t, claude, tp.client.URL, env)
 	exs, upExs := tp.client.take(), tp.upstream.take()
 	var ups []fakeapi.RequestJSON
 	if err := fake.get(ctx, "/_fake/requests?path=/v1/messages", &ups); err != nil {
@@ -282,7 +289,7 @@ type ccResult struct {
 // runClaude runs one `claude -p` session with a fresh HOME and working
 // folder and only the environment it needs, bounded by a timeout (Claude
 // Code retries some errors for a long time), and kills whatever it started.
-func runClaude(ctx context.Context, t *testing.T, claude, baseURL, key string, extraEnv []string) (ccResult, string) {
+func runClaude(ctx context.Context, t *testing.T, claude, baseURL string, extraEnv []string) (ccResult, string) {
 	t.Helper()
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
@@ -293,7 +300,6 @@ func runClaude(ctx context.Context, t *testing.T, claude, baseURL, key string, e
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + t.TempDir(),
 		"ANTHROPIC_BASE_URL=" + baseURL,
-		"ANTHROPIC_API_KEY=" + key,
 		// Without it Claude Code also calls api.anthropic.com (settings,
 		// telemetry) and HEADs the base URL.
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
@@ -412,8 +418,9 @@ func checkUpstream(t *testing.T, c ccCase, first *exchange, ups []fakeapi.Reques
 		if u.Query != "beta=true" {
 			t.Errorf("%s: query %q, want beta=true", what, u.Query)
 		}
-		if got := u.Header.Get("X-Api-Key"); got != c.key {
-			t.Errorf("%s: x-api-key %q, want the client's", what, got)
+		apiKey, auth := u.Header.Get("X-Api-Key"), u.Header.Get("Authorization")
+		if c.bearer && (auth != "Bearer "+c.key || apiKey != "") || !c.bearer && (apiKey != c.key || auth != "") {
+			t.Errorf("%s: x-api-key %q, authorization %q, want the client's credential as it came", what, apiKey, auth)
 		}
 		got := slices.Clone(u.Betas)
 		slices.Sort(got)
