@@ -116,7 +116,7 @@ func TestClaudeCode(t *testing.T) {
 	fakeAddr := startLogged(ctx, t, "fakeapi listening", fakeBin, "--listen", "127.0.0.1:0", "--log-level", "info")
 	// Taps on both sides of the proxy: what the client and the upstream
 	// really sent and received, bytes under their content-encoding.
-	upTap := startTap(t, "http://"+fakeAddr)
+	upTap := startTap(t, "http://"+fakeAddr, true)
 	proxyAddr := startLogged(ctx, t, "ctxproxy listening", ctxproxyBin, "serve",
 		"--listen", "127.0.0.1:0",
 		"--upstream", upTap.URL,
@@ -124,7 +124,7 @@ func TestClaudeCode(t *testing.T) {
 		"--memory-dir", memDir,
 		"--ledger", "file:"+filepath.Join(root, "ledger.jsonl"),
 		"--log-level", "info")
-	taps := taps{client: startTap(t, "http://"+proxyAddr), upstream: upTap}
+	taps := taps{client: startTap(t, "http://"+proxyAddr, false), upstream: upTap}
 	fake := fakeControl{base: "http://" + fakeAddr}
 
 	cases := []ccCase{
@@ -280,10 +280,9 @@ func script(c ccCase, memPath, memText, answer string) ([]fakeapi.Reply, int) {
 
 // ccResult is the part of `claude -p --output-format json` the test reads.
 type ccResult struct {
-	Result   string `json:"result"`
-	IsError  bool   `json:"is_error"`
-	Subtype  string `json:"subtype"`
-	NumTurns int    `json:"num_turns"`
+	Result  string `json:"result"`
+	IsError bool   `json:"is_error"`
+	Subtype string `json:"subtype"`
 }
 
 // runClaude runs one `claude -p` session with a fresh HOME and working

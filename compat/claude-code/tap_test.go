@@ -35,27 +35,40 @@ type exchange struct {
 // as they are (Accept-Encoding included: Go's transport does not decode a
 // reply to a request that set it) and flushes every write.
 type tap struct {
-	mu  sync.Mutex
-	log []*exchange
-	srv *http.Server
-	URL string
+	whole bool // read each reply to its end before passing it on
+	mu    sync.Mutex
+	log   []*exchange
+	srv   *http.Server
+	URL   string
 }
 
-func startTap(t *testing.T, target string) *tap {
+// With whole set it reads each reply to the end before passing it on, so it
+// has every byte even when the reader stops early: ctxproxy stops reading
+// the upstream at message_stop, before a compressed stream's last bytes.
+func startTap(t *testing.T, target string, whole bool) *tap {
 	t.Helper()
 	u, err := url.Parse(target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp := &tap{}
+	tp := &tap{whole: whole}
 	rp := &httputil.ReverseProxy{
 		Rewrite:       func(r *httputil.ProxyRequest) { r.SetURL(u); r.Out.Host = r.In.Host },
 		FlushInterval: -1,
 		ModifyResponse: func(resp *http.Response) error {
 			ex := resp.Request.Context().Value(exchangeKey{}).(*exchange)
 			ex.Status, ex.RespHeader = resp.StatusCode, resp.Header.Clone()
-			resp.Body = &teeBody{ReadCloser: resp.Body, ex: ex, mu: &tp.mu}
-			return nil
+			if !tp.whole {
+				resp.Body = &teeBody{ReadCloser: resp.Body, ex: ex, mu: &tp.mu}
+				return nil
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			tp.mu.Lock()
+			ex.RespBody = b
+			tp.mu.Unlock()
+			resp.Body = io.NopCloser(bytes.NewReader(b))
+			return err
 		},
 	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
