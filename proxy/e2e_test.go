@@ -4,10 +4,14 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -375,5 +379,41 @@ func TestWithoutADefaultPolicyUnknownClientsGoUpUntouched(t *testing.T) {
 	resp := h.post("/v1/messages", keyOther, `{"model":"m","model":"n"}`)
 	if got := readAll(t, resp.Body); resp.StatusCode != 400 {
 		t.Fatalf("duplicate key without a policy: %d %s", resp.StatusCode, got)
+	}
+}
+
+// Streams and plain replies read to their end hand the upstream connection
+// back to the pool: a run of requests needs one connection, not one each.
+// Compressed streams are the case that needs care: bytes of the coding
+// remain after message_stop.
+func TestUpstreamConnectionsAreReused(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			h := newHarness(t)
+			h.fake.SetOptions(fakeapi.Options{Compress: true})
+			var conns atomic.Int32
+			srv := httptest.NewUnstartedServer(h.fake)
+			srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+				if st == http.StateNew {
+					conns.Add(1)
+				}
+			}
+			srv.Start()
+			t.Cleanup(srv.Close)
+			h.srv.up.base, _ = url.Parse(srv.URL)
+			body := simpleBody
+			if stream {
+				body = withStream(body)
+			}
+			for range 20 {
+				resp := h.post("/v1/messages", keyAcme, body, "Accept-Encoding", "zstd")
+				if got := readAll(t, resp.Body); resp.StatusCode != 200 {
+					t.Fatalf("status %d %s", resp.StatusCode, got)
+				}
+			}
+			if n := conns.Load(); n > 3 {
+				t.Fatalf("%d upstream connections for 20 sequential requests", n)
+			}
+		})
 	}
 }

@@ -107,7 +107,17 @@ func (x *exchange) serveStream() {
 	var sum tokens.Usage
 	clientID := "" // the reply id the client saw in message_start
 	started := false
+	var tail func() // finishes the last round's body
+	defer func() {
+		if tail != nil {
+			tail()
+		}
+	}()
 	for i := 0; ; i++ {
+		if tail != nil {
+			tail()
+			tail = nil
+		}
 		uctx, cancel := context.WithCancel(ctx)
 		resp, t0, err := x.roundTrip(uctx, body)
 		if err != nil {
@@ -152,8 +162,14 @@ func (x *exchange) serveStream() {
 		if i == 0 {
 			clientID = rd.id
 		}
-		ir.Close()
-		cancel()
+		if rd.done {
+			// The connection goes back to the pool only once the reply is read
+			// to its end: done after the client has its events (see tail).
+			tail = func() { finishBody(ir, cancel) }
+		} else {
+			ir.Close()
+			cancel()
+		}
 		x.upDur += time.Since(t0)
 		u, edits := rd.meter.Result()
 		x.record(resp, u, edits)
@@ -198,6 +214,21 @@ func (x *exchange) serveStream() {
 		x.endStream(sw, rd, i, sum, "")
 		return
 	}
+}
+
+// finishBody reads what is left of a stream after message_stop (the
+// chunked terminator, stray bytes), bounded in bytes and time, then closes it.
+// A decoder may stop at the end of its frame, before the body's own end, so
+// the raw body is drained too.
+func finishBody(body *idleReader, cancel context.CancelFunc) {
+	t := time.AfterFunc(time.Second, cancel)
+	io.CopyN(io.Discard, body, 64<<10)
+	if d, ok := body.r.(*decodedBody); ok {
+		io.CopyN(io.Discard, d.body, 64<<10)
+	}
+	t.Stop()
+	body.Close()
+	cancel()
 }
 
 // endStream sends the final message_delta and message_stop.
