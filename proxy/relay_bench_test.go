@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/ctxproxy/ctxproxy/policy"
 )
@@ -181,7 +182,7 @@ func benchSmallBody(stream bool) []byte {
 	}
 	return []byte(`{"model":"claude-sonnet-4-5","max_tokens":1024,` + st + `"system":"You are a careful coding agent.",` +
 		`"tools":[{"name":"read_file","description":"Read a file.","input_schema":{"type":"object","properties":{"path":{"type":"string"}}}}],` +
-		`"messages":[{"role":"user","content":` + string(appendJSONString(nil, strings.Repeat("Fix the failing handler test, please. ", 48))) + `}]}`)
+		`"messages":[{"role":"user","content":` + string(jsonstr.Append(nil, strings.Repeat("Fix the failing handler test, please. ", 48))) + `}]}`)
 }
 
 // benchLargeBody is a 1 MB, 200-turn tool transcript.
@@ -190,7 +191,7 @@ func benchLargeBody() []byte {
 	sb.WriteString(`{"model":"claude-sonnet-4-5","max_tokens":4096,"system":"You are a careful coding agent.",` +
 		`"tools":[{"name":"read_file","description":"Read a file.","input_schema":{"type":"object","properties":{"path":{"type":"string"}}}}],` +
 		`"messages":[{"role":"user","content":"Find why the handler tests fail and fix them."}`)
-	result := string(appendJSONString(nil, strings.Repeat("\tfunc handler(w http.ResponseWriter, r *http.Request) { log.Printf(\"serving %s\", r.URL.Path) }\n", 105)))
+	result := string(jsonstr.Append(nil, strings.Repeat("\tfunc handler(w http.ResponseWriter, r *http.Request) { log.Printf(\"serving %s\", r.URL.Path) }\n", 105)))
 	for i := 0; i < 100; i++ {
 		id := "toolu_bench_" + string(rune('a'+i%26)) + strings.Repeat("x", i/26)
 		sb.WriteString(`,{"role":"assistant","content":[{"type":"tool_use","id":"` + id + `","name":"read_file","input":{"path":"h.go"}}]}`)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
+
+	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
 )
 
 // benchStream is a realistic Messages stream of about events events:
@@ -20,7 +22,7 @@ func benchStream(events int, memoryFirst bool) []byte {
 	if memoryFirst {
 		b = appendSSE(b, "content_block_start", []byte(`{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_bench_mem","name":"memory","input":{}}}`))
 		for _, p := range []string{`{"command":`, `"view","path"`, `:"/memories"}`} {
-			d := append([]byte(`{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":`), appendJSONString(nil, p)...)
+			d := append([]byte(`{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":`), jsonstr.Append(nil, p)...)
 			b = appendSSE(b, "content_block_delta", append(d, "}}"...))
 		}
 		b = appendSSE(b, "content_block_stop", []byte(`{"type":"content_block_stop","index":0}`))
@@ -31,7 +33,7 @@ func benchStream(events int, memoryFirst bool) []byte {
 	b = appendSSE(b, "content_block_start", []byte(`{"type":"content_block_start","index":`+is+`,"content_block":{"type":"text","text":""}}`))
 	for i := 0; i < events-fixed; i++ {
 		text := fmt.Sprintf("token %d of the answer, with \"quotes\" and\\n ", i)
-		d := append([]byte(`{"type":"content_block_delta","index":`+is+`,"delta":{"type":"text_delta","text":`), appendJSONString(nil, text)...)
+		d := append([]byte(`{"type":"content_block_delta","index":`+is+`,"delta":{"type":"text_delta","text":`), jsonstr.Append(nil, text)...)
 		b = appendSSE(b, "content_block_delta", append(d, "}}"...))
 	}
 	b = appendSSE(b, "content_block_stop", []byte(`{"type":"content_block_stop","index":`+is+`}`))

@@ -1,0 +1,627 @@
+// Command bench measures what ctxproxy costs next to a bare reverse proxy
+// (issue 6). It starts the fake upstream and, one after another in the same
+// run, drives the same load at the fake directly, a bare
+// httputil.ReverseProxy, and ctxproxy with three tenants (policy off;
+// enforcing edits and injecting the memory tool; memory proxy mode with one
+// memory call per request), then prints one markdown table.
+//
+//	go run ./bench -quick            # under a minute
+//	go run ./bench -out bench/RESULTS.md
+//	go run ./bench -long             # 5-minute goroutine/memory growth run
+//	go run ./bench -pprof /tmp/prof  # CPU and alloc profiles of every proxy cell
+//
+// Every server under test runs as its own process (this binary re-executed),
+// started fresh for each row and load, so peak RSS (VmHWM) is that server's
+// alone. Load generation is in this process: a bounded worker pool on one
+// shared http.Transport, all on 127.0.0.1.
+package main
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ctxproxy/ctxproxy/policy"
+)
+
+type config struct {
+	quick       bool
+	duration    time.Duration
+	concurrency int
+	largeConc   int
+	smallSize   int
+	largeSize   int
+	largeTurns  int
+	streams     int
+	events      int
+	eventDelay  time.Duration
+	long        bool
+	longDur     time.Duration
+	out         string
+	pprofDir    string
+	rows        string
+	loads       string
+	keep        bool
+	repeat      int
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == childArg {
+		if err := runChild(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench child:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	var c config
+	flag.BoolVar(&c.quick, "quick", false, "short phases: the whole run finishes in under a minute")
+	flag.DurationVar(&c.duration, "duration", 8*time.Second, "length of each throughput phase (the unloaded latency phase is half)")
+	flag.IntVar(&c.concurrency, "concurrency", 32, "workers of the small-body throughput phase")
+	flag.IntVar(&c.largeConc, "large-concurrency", 8, "workers of the large-body throughput phase (each holds a 1 MB body)")
+	flag.IntVar(&c.smallSize, "small-size", 2048, "bytes of the small request body")
+	flag.IntVar(&c.largeSize, "large-size", 1<<20, "bytes of the large request body (a tool transcript)")
+	flag.IntVar(&c.largeTurns, "large-turns", 200, "messages of the large transcript after the first user turn")
+	flag.IntVar(&c.streams, "streams", 500, "concurrent streaming requests of the streams load")
+	flag.IntVar(&c.events, "events", 200, "SSE events per stream")
+	flag.DurationVar(&c.eventDelay, "event-delay", 20*time.Millisecond, "the fake's delay between the events of a stream")
+	flag.BoolVar(&c.long, "long", false, "run the growth check instead of the table: ctxproxy under mixed load for -long-duration")
+	flag.DurationVar(&c.longDur, "long-duration", 5*time.Minute, "length of the -long run")
+	flag.StringVar(&c.out, "out", "", "also write the markdown to this file")
+	flag.StringVar(&c.pprofDir, "pprof", "", "save CPU and alloc profiles of the proxy processes into this folder")
+	flag.StringVar(&c.rows, "rows", "", "comma-separated row ids to run (default all: 1,2,3,4,5,4i)")
+	flag.StringVar(&c.loads, "loads", "", "comma-separated loads to run (default all: small,large,streams)")
+	flag.BoolVar(&c.keep, "keep", false, "keep the work folder (logs, ledgers, policies)")
+	flag.IntVar(&c.repeat, "repeat", 1, "run every load this many times, rows interleaved, and report each cell's median run (the machine is shared)")
+	flag.Parse()
+	if c.quick {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["duration"] {
+			c.duration = time.Second
+		}
+		if !set["long-duration"] {
+			c.longDur = 40 * time.Second
+		}
+	}
+	md, err := run(c)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	fmt.Print(md)
+	if c.out != "" {
+		if err := os.WriteFile(c.out, []byte(md), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+// Tenants of the run, one API key each.
+const (
+	keyOff     = "sk-ant-bench-policy-off"
+	keyEnforce = "sk-ant-bench-enforce"
+	keyMemory  = "sk-ant-bench-memory-proxy"
+)
+
+func sha(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+const cmEdits = `context_management:
+  mode: enforce
+  clear_thinking:
+    keep: all
+  clear_tool_uses:
+    trigger: { type: input_tokens, value: 100000 }
+    keep: { type: tool_uses, value: 3 }
+    clear_at_least: { type: input_tokens, value: 5000 }
+`
+
+func benchPolicies() map[string]string {
+	return map[string]string{
+		"default.yaml": "tenant: default\ncontext_management:\n  mode: off\nmemory:\n  mode: off\n",
+		"off.yaml": "tenant: off\napi_keys_sha256: [\"" + sha(keyOff) + "\"]\n" +
+			"context_management:\n  mode: off\nmemory:\n  mode: off\n",
+		"enforce.yaml": "tenant: enforce\napi_keys_sha256: [\"" + sha(keyEnforce) + "\"]\n" + cmEdits +
+			"memory:\n  mode: inject\n",
+		"memory.yaml": "tenant: memory\napi_keys_sha256: [\"" + sha(keyMemory) + "\"]\n" + cmEdits +
+			"memory:\n  mode: proxy\n  max_iterations: 10\n",
+	}
+}
+
+type rowSpec struct {
+	id, name string
+	kind     string // direct | bare | ctxproxy
+	key      string
+	memory   bool
+	logLevel string
+	loads    []string // nil: all
+	// rewritten: send the body and headers as row 4's policy rewrites them
+	// (the upstream's own share of row 4's cost).
+	rewritten bool
+}
+
+var allRows = []rowSpec{
+	{id: "1", name: "fake upstream, direct", kind: "direct", key: keyEnforce},
+	{id: "1r", name: "fake direct, body as row 4 rewrites it", kind: "direct", key: keyEnforce, rewritten: true, loads: []string{"small", "large"}},
+	{id: "2", name: "bare httputil.ReverseProxy", kind: "bare", key: keyEnforce},
+	{id: "3", name: "ctxproxy, policy off", kind: "ctxproxy", key: keyOff},
+	{id: "4", name: "ctxproxy, enforce edits + inject memory tool", kind: "ctxproxy", key: keyEnforce},
+	{id: "5", name: "ctxproxy, memory proxy (1 memory call/request)", kind: "ctxproxy", key: keyMemory, memory: true},
+	{id: "4i", name: "ctxproxy as 4, --log-level=info", kind: "ctxproxy", key: keyEnforce, logLevel: "info", loads: []string{"small"}},
+}
+
+var allLoads = []string{"small", "large", "streams"}
+
+// cell is one row under one load.
+type cell struct {
+	row  rowSpec
+	load string
+	err  error
+
+	rps               float64
+	n, errs           int
+	loadP50, loadP99  time.Duration // at -concurrency
+	p50, p99          time.Duration // unloaded (concurrency 1); streams: event delivery latency
+	ttfb50, ttfb99    time.Duration
+	hwm               int64
+	memPerStream      int64 // RSS growth per open stream
+	heapPerStream     int64 // heap+stack growth per open stream
+	goroutinesPerOpen float64
+	eventsPer         int
+	completed         int
+}
+
+type runner struct {
+	c       config
+	work    string
+	polDir  string
+	prices  string
+	bodies  map[string][]byte
+	cells   []*cell
+	started time.Time
+}
+
+func run(c config) (string, error) {
+	r := &runner{c: c, started: time.Now()}
+	var err error
+	if r.work, err = os.MkdirTemp("", "ctxproxy-bench-"); err != nil {
+		return "", err
+	}
+	if !c.keep {
+		defer os.RemoveAll(r.work)
+	} else {
+		fmt.Fprintln(os.Stderr, "work folder:", r.work)
+	}
+	r.polDir = filepath.Join(r.work, "policies")
+	if err := os.MkdirAll(r.polDir, 0o755); err != nil {
+		return "", err
+	}
+	for name, body := range benchPolicies() {
+		if err := os.WriteFile(filepath.Join(r.polDir, name), []byte(body), 0o644); err != nil {
+			return "", err
+		}
+	}
+	if p := findPrices(); p != "" {
+		r.prices = p
+	}
+	if c.pprofDir != "" {
+		if err := os.MkdirAll(c.pprofDir, 0o755); err != nil {
+			return "", err
+		}
+	}
+	if c.long {
+		return r.longRun()
+	}
+	r.bodies = map[string][]byte{
+		"small":   smallBody(c.smallSize, false),
+		"large":   largeBody(c.largeSize, c.largeTurns, false),
+		"streams": smallBody(c.smallSize, true),
+	}
+	rows := pick(allRows, c.rows)
+	loads := allLoads
+	if c.loads != "" {
+		loads = strings.Split(c.loads, ",")
+	}
+	micro := r.microRewrite()
+	for _, load := range loads {
+		var lrows []rowSpec
+		for _, row := range rows {
+			if row.loads == nil || contains(row.loads, load) {
+				lrows = append(lrows, row)
+			}
+		}
+		if load != "streams" {
+			r.cells = append(r.cells, r.interleaved(lrows, load)...)
+			continue
+		}
+		// Streams: whole waves, rows in turn, -repeat times; each cell's median.
+		runs := map[string][]*cell{}
+		for rep := range max(c.repeat, 1) {
+			for _, row := range lrows {
+				fmt.Fprintf(os.Stderr, "[%5.1fs] run %d: row %s (%s), load %s\n", time.Since(r.started).Seconds(), rep+1, row.id, row.name, load)
+				cl := r.runCell(row, load)
+				if cl.err != nil {
+					fmt.Fprintf(os.Stderr, "  error: %v\n", cl.err)
+				}
+				runs[row.id] = append(runs[row.id], cl)
+			}
+		}
+		for _, row := range lrows {
+			if cs := runs[row.id]; len(cs) > 0 {
+				r.cells = append(r.cells, median(cs))
+			}
+		}
+	}
+	return r.markdown(micro), nil
+}
+
+// median is the run whose main number is the median: req/s, or for
+// streams the event p99. Failed runs count only when all failed.
+func median(cs []*cell) *cell {
+	var ok []*cell
+	for _, c := range cs {
+		if c.err == nil {
+			ok = append(ok, c)
+		}
+	}
+	if len(ok) == 0 {
+		return cs[0]
+	}
+	slices.SortFunc(ok, func(a, b *cell) int {
+		if a.load == "streams" {
+			return cmp.Compare(a.p99, b.p99)
+		}
+		return cmp.Compare(a.rps, b.rps)
+	})
+	return ok[len(ok)/2]
+}
+
+func pick(rows []rowSpec, ids string) []rowSpec {
+	if ids == "" {
+		return rows
+	}
+	var out []rowSpec
+	for _, id := range strings.Split(ids, ",") {
+		for _, r := range rows {
+			if r.id == id {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// findPrices looks for policies/prices.yaml from the working directory up.
+func findPrices() string {
+	dir, _ := os.Getwd()
+	for range 6 {
+		p := filepath.Join(dir, "policies", "prices.yaml")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+		dir = filepath.Dir(dir)
+	}
+	return ""
+}
+
+// servers starts the fake and the row's server; srv is the process under
+// test (the fake itself for the direct row).
+func (r *runner) servers(row rowSpec, tag string) (fake, srv *child, err error) {
+	fake, err = startChild(r.work, tag+"-fake", "fake", "-event-delay", r.c.eventDelay.String(), "-events", fmt.Sprint(r.c.events))
+	if err != nil {
+		return nil, nil, err
+	}
+	switch row.kind {
+	case "direct":
+		return fake, fake, nil
+	case "bare":
+		srv, err = startChild(r.work, tag+"-bare", "bare", "-upstream", fake.url())
+	case "ctxproxy":
+		dir := filepath.Join(r.work, tag)
+		if err = os.MkdirAll(dir, 0o755); err != nil {
+			break
+		}
+		lvl := row.logLevel
+		if lvl == "" {
+			lvl = "warn"
+		}
+		srv, err = startChild(r.work, tag+"-ctxproxy", "ctxproxy", "-upstream", fake.url(), "-policies", r.polDir,
+			"-memory-dir", filepath.Join(dir, "memories"), "-ledger", "file:"+filepath.Join(dir, "ledger.jsonl"),
+			"-prices", r.prices, "-log-level", lvl, "-log-file", filepath.Join(dir, "ctxproxy.log"))
+	}
+	if err != nil {
+		fake.stop()
+		return nil, nil, err
+	}
+	return fake, srv, nil
+}
+
+func (r *runner) runCell(row rowSpec, load string) *cell {
+	cl := &cell{row: row, load: load}
+	tag := "row" + row.id + "-" + load
+	fake, srv, err := r.servers(row, tag)
+	if err != nil {
+		cl.err = err
+		return cl
+	}
+	defer fake.stop()
+	defer srv.stop()
+	t := target{url: srv.url(), key: row.key, memory: row.memory}
+	ctx := context.Background()
+	body := r.bodies[load]
+	if row.rewritten {
+		var err error
+		if body, t.beta, err = r.rewritten(body); err != nil {
+			cl.err = err
+			return cl
+		}
+	}
+	if load == "streams" {
+		r.streamCell(ctx, cl, srv, t, body, tag)
+		return cl
+	}
+	client := newClient(r.c.concurrency)
+	defer client.CloseIdleConnections()
+	if err := do(ctx, client, t, body); err != nil {
+		cl.err = fmt.Errorf("first request: %w (%s)", err, srv.stderrTail())
+		return cl
+	}
+	warm := r.c.duration / 8
+	var prof sync.WaitGroup
+	if r.c.pprofDir != "" && row.kind != "direct" {
+		secs := max(int((r.c.duration+warm)/time.Second)-1, 1)
+		prof.Add(1)
+		go func() {
+			defer prof.Done()
+			srv.saveProfile(ctx, fmt.Sprintf("profile?seconds=%d", secs), filepath.Join(r.c.pprofDir, tag+".cpu.pprof"))
+		}()
+	}
+	conc := r.c.concurrency
+	if load == "large" {
+		conc = r.c.largeConc
+	}
+	res := closedLoop(ctx, client, t, body, conc, warm, r.c.duration, 0)
+	prof.Wait()
+	if r.c.pprofDir != "" && row.kind != "direct" {
+		srv.saveProfile(ctx, "allocs", filepath.Join(r.c.pprofDir, tag+".allocs.pprof"))
+	}
+	cl.rps, cl.n, cl.errs = res.rps(), res.n, res.errs
+	cl.loadP50, cl.loadP99 = pct(res.lat, .5), pct(res.lat, .99)
+	if res.errs > 0 {
+		cl.err = fmt.Errorf("%d errors, first: %v", res.errs, res.firstErr)
+	}
+	un := closedLoop(ctx, client, t, body, 1, 0, r.c.duration/2, 0)
+	cl.p50, cl.p99 = pct(un.lat, .5), pct(un.lat, .99)
+	cl.hwm = srv.hwm()
+	return cl
+}
+
+func (r *runner) streamCell(ctx context.Context, cl *cell, srv *child, t target, body []byte, tag string) {
+	n := r.c.streams
+	client := newClient(n)
+	defer client.CloseIdleConnections()
+	// Warm up: connections and code paths, then the idle baseline.
+	wt := t
+	wt.warmup = true
+	if w := streams(ctx, client, wt, body, min(n, 50), time.Minute, nil); w.errs > 0 {
+		cl.err = fmt.Errorf("warmup: %v (%s)", w.firstErr, srv.stderrTail())
+		return
+	}
+	base, _ := srv.stats(true)
+	baseRSS := srv.rss()
+	var (
+		openStats childStats
+		openRSS   int64
+		gotOpen   = make(chan struct{})
+	)
+	onOpen := func() {
+		openStats, _ = srv.stats(false)
+		openRSS = srv.rss()
+		if r.c.pprofDir != "" && cl.row.kind != "direct" {
+			srv.saveProfile(ctx, "heap", filepath.Join(r.c.pprofDir, tag+".open.heap.pprof"))
+		}
+		close(gotOpen)
+	}
+	var prof sync.WaitGroup
+	if r.c.pprofDir != "" && cl.row.kind != "direct" {
+		secs := max(int(time.Duration(r.c.events)*r.c.eventDelay/time.Second), 1)
+		prof.Add(1)
+		go func() {
+			defer prof.Done()
+			srv.saveProfile(ctx, fmt.Sprintf("profile?seconds=%d", secs), filepath.Join(r.c.pprofDir, tag+".cpu.pprof"))
+		}()
+	}
+	timeout := time.Duration(r.c.events)*r.c.eventDelay*4 + time.Minute
+	res := streams(ctx, client, t, body, n, timeout, onOpen)
+	prof.Wait()
+	if r.c.pprofDir != "" && cl.row.kind != "direct" {
+		srv.saveProfile(ctx, "allocs", filepath.Join(r.c.pprofDir, tag+".allocs.pprof"))
+	}
+	select {
+	case <-gotOpen:
+		cl.memPerStream = max(openRSS-baseRSS, 0) / int64(n)
+		cl.heapPerStream = max(int64(openStats.HeapInuse+openStats.StackInuse)-int64(base.HeapInuse+base.StackInuse), 0) / int64(n)
+		cl.goroutinesPerOpen = float64(openStats.Goroutines-base.Goroutines) / float64(n)
+	case <-time.After(5 * time.Second):
+	}
+	cl.completed, cl.errs = res.n, res.errs
+	cl.eventsPer = res.eventsPer
+	cl.ttfb50, cl.ttfb99 = pct(res.ttfb, .5), pct(res.ttfb, .99)
+	cl.p50, cl.p99 = pct(res.events, .5), pct(res.events, .99)
+	if res.elapsed > 0 {
+		cl.rps = float64(res.n) / res.elapsed.Seconds()
+	}
+	cl.hwm = srv.hwm()
+	if res.errs > 0 {
+		cl.err = fmt.Errorf("%d of %d streams failed, first: %v", res.errs, n, res.firstErr)
+	}
+}
+
+// machine describes the host for the results.
+func machine() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "- nproc: %d (GOMAXPROCS %d)\n", runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	if out, err := exec.Command("lscpu").Output(); err == nil {
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		for _, l := range lines[:min(len(lines), 10)] {
+			fmt.Fprintf(&b, "  - `%s`\n", strings.Join(strings.Fields(l), " "))
+		}
+	}
+	fmt.Fprintf(&b, "- go: %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(&b, "- date: %s\n", time.Now().UTC().Format(time.RFC3339))
+	return b.String()
+}
+
+// interleaved measures every row under a non-streaming load with all the
+// row's servers up at once and the load moving from row to row in short
+// slices, round-robin: the machine is shared, and background load then
+// falls on every row alike instead of on whichever row ran during a spike.
+func (r *runner) interleaved(rows []rowSpec, load string) []*cell {
+	type live struct {
+		cl        *cell
+		fake, srv *child
+		t         target
+		body      []byte
+		client    *http.Client
+		thr, lat  loadResult
+	}
+	ctx := context.Background()
+	conc := r.c.concurrency
+	slice := 250 * time.Millisecond
+	if load == "large" {
+		conc = r.c.largeConc
+		slice = 500 * time.Millisecond
+	}
+	var ls []*live
+	defer func() {
+		for _, l := range ls {
+			if l.client != nil {
+				l.client.CloseIdleConnections()
+			}
+			if l.srv != nil {
+				l.srv.stop()
+				l.fake.stop()
+			}
+		}
+	}()
+	var out []*cell
+	for _, row := range rows {
+		l := &live{cl: &cell{row: row, load: load}, body: r.bodies[load]}
+		out = append(out, l.cl)
+		tag := "row" + row.id + "-" + load
+		fake, srv, err := r.servers(row, tag)
+		if err != nil {
+			l.cl.err = err
+			continue
+		}
+		l.fake, l.srv = fake, srv
+		l.t = target{url: srv.url(), key: row.key, memory: row.memory}
+		if row.rewritten {
+			if l.body, l.t.beta, err = r.rewritten(l.body); err != nil {
+				l.cl.err = err
+				continue
+			}
+		}
+		l.client = newClient(conc)
+		if err := do(ctx, l.client, l.t, l.body); err != nil {
+			l.cl.err = fmt.Errorf("first request: %w (%s)", err, srv.stderrTail())
+			continue
+		}
+		ls = append(ls, l)
+	}
+	fmt.Fprintf(os.Stderr, "[%5.1fs] load %s: %d rows interleaved in %v slices\n", time.Since(r.started).Seconds(), load, len(ls), slice)
+	for _, l := range ls { // warm up each row
+		closedLoop(ctx, l.client, l.t, l.body, conc, 0, r.c.duration/8, 0)
+	}
+	var prof sync.WaitGroup
+	if r.c.pprofDir != "" {
+		secs := max(int(time.Duration(len(ls))*r.c.duration/time.Second), 1)
+		for _, l := range ls {
+			if l.cl.row.kind == "direct" {
+				continue
+			}
+			prof.Add(1)
+			go func() {
+				defer prof.Done()
+				tag := "row" + l.cl.row.id + "-" + load
+				l.srv.saveProfile(ctx, fmt.Sprintf("profile?seconds=%d", secs), filepath.Join(r.c.pprofDir, tag+".cpu.pprof"))
+			}()
+		}
+	}
+	add := func(dst *loadResult, res loadResult) {
+		dst.n += res.n
+		dst.errs += res.errs
+		dst.elapsed += res.elapsed
+		dst.lat = append(dst.lat, res.lat...)
+		if dst.firstErr == nil {
+			dst.firstErr = res.firstErr
+		}
+	}
+	phase := func(workers int, total time.Duration, pick func(*live) *loadResult) {
+		n := max(int(total/slice), 1)
+		for i := range n {
+			for j := range ls {
+				l := ls[(i+j)%len(ls)]
+				add(pick(l), closedLoop(ctx, l.client, l.t, l.body, workers, 0, slice, 0))
+			}
+		}
+	}
+	phase(conc, r.c.duration, func(l *live) *loadResult { return &l.thr })
+	prof.Wait()
+	phase(1, r.c.duration/2, func(l *live) *loadResult { return &l.lat })
+	for _, l := range ls {
+		if r.c.pprofDir != "" && l.cl.row.kind != "direct" {
+			l.srv.saveProfile(ctx, "allocs", filepath.Join(r.c.pprofDir, "row"+l.cl.row.id+"-"+load+".allocs.pprof"))
+		}
+		slices.Sort(l.thr.lat)
+		slices.Sort(l.lat.lat)
+		cl := l.cl
+		cl.rps, cl.n, cl.errs = l.thr.rps(), l.thr.n, l.thr.errs
+		cl.loadP50, cl.loadP99 = pct(l.thr.lat, .5), pct(l.thr.lat, .99)
+		cl.p50, cl.p99 = pct(l.lat.lat, .5), pct(l.lat.lat, .99)
+		cl.hwm = l.srv.hwm()
+		if l.thr.errs+l.lat.errs > 0 {
+			cl.err = fmt.Errorf("%d errors, first: %v", l.thr.errs+l.lat.errs, cmp.Or(l.thr.firstErr, l.lat.firstErr))
+		}
+	}
+	return out
+}
+
+// rewritten is body and its anthropic-beta as row 4's policy sends them.
+func (r *runner) rewritten(body []byte) ([]byte, string, error) {
+	set, err := policy.LoadDir(r.polDir)
+	if err != nil {
+		return nil, "", err
+	}
+	p, _ := set.Lookup(keyEnforce)
+	h := http.Header{}
+	out, _, err := p.Rewrite(body, h, false)
+	if err != nil {
+		return nil, "", err
+	}
+	return out, h.Get("Anthropic-Beta"), nil
+}
