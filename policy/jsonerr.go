@@ -1,10 +1,5 @@
 package policy
 
-import (
-	"encoding/json"
-	"strconv"
-)
-
 // requestError is the 400 for a body that is not valid JSON, saying where.
 func (e *scanError) requestError(body []byte) *RequestError {
 	line, col := lineCol(body, e.off)
@@ -23,13 +18,4 @@ func lineCol(b []byte, off int) (line, col int) {
 		}
 	}
 	return line, col
-}
-
-// appendJSONString appends s as a JSON string.
-func appendJSONString(b []byte, s string) []byte {
-	js, err := json.Marshal(s)
-	if err != nil {
-		return strconv.AppendQuote(b, s)
-	}
-	return append(b, js...)
 }

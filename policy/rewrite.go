@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"unsafe"
 
+	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -24,7 +25,7 @@ func (e *RequestError) JSON() []byte {
 	b := []byte(`{"type":"error","error":{"type":`)
 	b = strconv.AppendQuote(b, e.Type)
 	b = append(b, `,"message":`...)
-	b = appendJSONString(b, e.Message)
+	b = jsonstr.Append(b, e.Message)
 	return append(b, `}}`...)
 }
 

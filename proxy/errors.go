@@ -3,6 +3,8 @@ package proxy
 import (
 	"net/http"
 	"strconv"
+
+	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
 )
 
 // errorTypes maps an HTTP status to the API's error.type (spec §7).
@@ -33,38 +35,13 @@ func ErrorType(status int) string {
 	return "invalid_request_error"
 }
 
-// appendJSONString appends s as a JSON string literal. Hand-rolled so the
-// error path needs no reflection.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c == '\n':
-			b = append(b, '\\', 'n')
-		case c == '\r':
-			b = append(b, '\\', 'r')
-		case c == '\t':
-			b = append(b, '\\', 't')
-		case c < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
-}
-
 // errorBody is the API's error envelope.
 func errorBody(typ, msg string) []byte {
 	b := make([]byte, 0, 64+len(msg))
 	b = append(b, `{"type":"error","error":{"type":`...)
-	b = appendJSONString(b, typ)
+	b = jsonstr.Append(b, typ)
 	b = append(b, `,"message":`...)
-	b = appendJSONString(b, msg)
+	b = jsonstr.Append(b, msg)
 	return append(b, `}}`...)
 }
 

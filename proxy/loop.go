@@ -8,6 +8,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
@@ -68,9 +69,9 @@ func (x *exchange) runMemory(ctx context.Context, calls []memCall) []byte {
 			out = append(out, ',')
 		}
 		out = append(out, `{"type":"tool_result","tool_use_id":`...)
-		out = appendJSONString(out, c.id)
+		out = jsonstr.Append(out, c.id)
 		out = append(out, `,"content":`...)
-		out = appendJSONString(out, res.Content)
+		out = jsonstr.Append(out, res.Content)
 		if res.IsError {
 			out = append(out, `,"is_error":true`...)
 		}
@@ -94,7 +95,7 @@ func nextBody(body []byte, replyID string, assistant, results []byte) ([]byte, e
 		if err != nil {
 			return nil, err
 		}
-		t := append(append([]byte(`{"type":"continue","previous_message_id":`), appendJSONString(nil, replyID)...), '}')
+		t := append(append([]byte(`{"type":"continue","previous_message_id":`), jsonstr.Append(nil, replyID)...), '}')
 		if b, err = sjson.SetRawBytes(b, "thread", t); err != nil {
 			return nil, err
 		}

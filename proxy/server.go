@@ -18,6 +18,7 @@ import (
 	"github.com/gorilla/mux"
 	"go.uber.org/zap"
 
+	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/ctxproxy/ctxproxy/policy"
 	"github.com/ctxproxy/ctxproxy/tokens"
@@ -203,11 +204,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	if len(problems) > 0 {
 		w.WriteHeader(http.StatusServiceUnavailable)
-		b := append([]byte(`{"status":"not ready","reason":`), appendJSONString(nil, strings.Join(problems, "; "))...)
+		b := append([]byte(`{"status":"not ready","reason":`), jsonstr.Append(nil, strings.Join(problems, "; "))...)
 		w.Write(append(b, '}'))
 		return
 	}
-	b := append([]byte(`{"status":"ready","upstream":`), appendJSONString(nil, s.cfg.Upstream.String())...)
+	b := append([]byte(`{"status":"ready","upstream":`), jsonstr.Append(nil, s.cfg.Upstream.String())...)
 	w.Write(append(b, '}'))
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
@@ -43,13 +44,13 @@ func (b *block) json() []byte {
 		}
 	}
 	if len(b.text) > 0 {
-		set("text", appendJSONString(nil, string(b.text)))
+		set("text", jsonstr.Append(nil, string(b.text)))
 	}
 	if len(b.thinking) > 0 {
-		set("thinking", appendJSONString(nil, string(b.thinking)))
+		set("thinking", jsonstr.Append(nil, string(b.thinking)))
 	}
 	if len(b.signature) > 0 {
-		set("signature", appendJSONString(nil, string(b.signature)))
+		set("signature", jsonstr.Append(nil, string(b.signature)))
 	}
 	if b.toolUse {
 		in := b.input

@@ -8,6 +8,7 @@ import (
 	"github.com/tidwall/sjson"
 	"go.uber.org/zap"
 
+	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 )
 
@@ -40,7 +41,7 @@ func (x *exchange) saveContinuation(ctx context.Context, clientID, lastID string
 	if c == nil {
 		return
 	}
-	data := append([]byte(`{"previous_message_id":`), appendJSONString(nil, lastID)...)
+	data := append([]byte(`{"previous_message_id":`), jsonstr.Append(nil, lastID)...)
 	if results != nil {
 		data = append(append(data, `,"results":`...), results...)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/andybalholm/brotli"
+	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
 	"github.com/klauspost/compress/zstd"
 	"go.uber.org/zap"
 )
@@ -404,9 +405,9 @@ func writeError(w http.ResponseWriter, status int, e *APIError, reqID string) {
 func errorBody(e *APIError, reqID string) []byte {
 	b := make([]byte, 0, 128+len(e.Message))
 	b = append(b, `{"type":"error","error":{"type":`...)
-	b = appendJSONString(b, e.Type)
+	b = jsonstr.Append(b, e.Type)
 	b = append(b, `,"message":`...)
-	b = appendJSONString(b, e.Message)
+	b = jsonstr.Append(b, e.Message)
 	if len(e.Details) > 0 {
 		b = append(b, `,"details":`...)
 		b = append(b, e.Details...)
@@ -414,7 +415,7 @@ func errorBody(e *APIError, reqID string) []byte {
 	b = append(b, '}')
 	if reqID != "" {
 		b = append(b, `,"request_id":`...)
-		b = appendJSONString(b, reqID)
+		b = jsonstr.Append(b, reqID)
 	}
 	return append(b, '}')
 }
@@ -440,11 +441,11 @@ func (a *API) servePassthrough(w http.ResponseWriter, req *http.Request, reqID s
 		out = []byte(modelJSON(id, id))
 	default:
 		b := []byte(`{"type":"fake_passthrough","method":`)
-		b = appendJSONString(b, req.Method)
+		b = jsonstr.Append(b, req.Method)
 		b = append(b, `,"path":`...)
-		b = appendJSONString(b, p)
+		b = jsonstr.Append(b, p)
 		b = append(b, `,"query":`...)
-		b = appendJSONString(b, req.URL.RawQuery)
+		b = jsonstr.Append(b, req.URL.RawQuery)
 		b = append(b, `,"body_bytes":`...)
 		b = strconv.AppendInt(b, int64(len(body)), 10)
 		out = append(b, '}')

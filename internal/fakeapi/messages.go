@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 	"go.uber.org/zap"
@@ -182,14 +183,14 @@ func appendStopSeq(b []byte, s string) []byte {
 	if s == "" {
 		return append(b, "null"...)
 	}
-	return appendJSONString(b, s)
+	return jsonstr.Append(b, s)
 }
 
 func (m *message) appendHead(b []byte) []byte {
 	b = append(b, `{"id":`...)
-	b = appendJSONString(b, m.id)
+	b = jsonstr.Append(b, m.id)
 	b = append(b, `,"type":"message","role":"assistant","model":`...)
-	b = appendJSONString(b, m.model)
+	b = jsonstr.Append(b, m.model)
 	return b
 }
 
@@ -208,7 +209,7 @@ func (m *message) body() []byte {
 		b = append(b, blk...)
 	}
 	b = append(b, `],"stop_reason":`...)
-	b = appendJSONString(b, m.stop)
+	b = jsonstr.Append(b, m.stop)
 	b = append(b, `,"stop_sequence":`...)
 	b = appendStopSeq(b, m.stopSeq)
 	b = append(b, `,"usage":`...)
@@ -468,7 +469,7 @@ func (s *sse) run(m *message, chunks int) {
 		}
 	}
 	d = append(s.data[:0], `{"type":"message_delta","delta":{"stop_reason":`...)
-	d = appendJSONString(d, m.stop)
+	d = jsonstr.Append(d, m.stop)
 	d = append(d, `,"stop_sequence":`...)
 	d = appendStopSeq(d, m.stopSeq)
 	d = append(d, `},"usage":`...)
@@ -504,7 +505,7 @@ func (s *sse) delta(i int, typ, field, value string) bool {
 	d = append(d, `","`...)
 	d = append(d, field...)
 	d = append(d, `":`...)
-	d = appendJSONString(d, value)
+	d = jsonstr.Append(d, value)
 	s.data = append(d, "}}"...)
 	return s.event("content_block_delta", s.data)
 }
