@@ -4,10 +4,6 @@
 package compat_test
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -17,9 +13,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
-	"github.com/ctxproxy/ctxproxy/memoryhook"
-	"github.com/ctxproxy/ctxproxy/policy"
-	"github.com/ctxproxy/ctxproxy/proxy"
+	"github.com/ctxproxy/ctxproxy/internal/stack"
 )
 
 // Tenant keys. The SDK sends them as it sends a real key; ctxproxy finds the
@@ -29,20 +23,13 @@ const (
 	keyInject = "sk-ant-compat-go-inject" // memory inject
 )
 
-func sha(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:])
-}
-
 // policies: agent runs memory in the proxy and clears old tool uses as soon
 // as there are more than two (so a short test conversation shows
 // applied_edits); inject only adds the memory tool.
 func policies() map[string]string {
 	return map[string]string{
-		"default.yaml": "tenant: default\ncontext_management:\n  mode: off\nmemory:\n  mode: off\n",
-		"agent.yaml": `tenant: agent
-api_keys_sha256: ["` + sha(keyAgent) + `"]
-context_management:
+		"default.yaml": stack.DefaultPolicy,
+		"agent.yaml": stack.TenantPolicy("agent", keyAgent, `context_management:
   mode: enforce
   clear_thinking:
     keep: all
@@ -52,61 +39,37 @@ context_management:
 memory:
   mode: proxy
   max_iterations: 6
-`,
-		"inject.yaml": `tenant: inject
-api_keys_sha256: ["` + sha(keyInject) + `"]
-context_management:
+`),
+		"inject.yaml": stack.TenantPolicy("inject", keyInject, `context_management:
   mode: default
 memory:
   mode: inject
-`,
+`),
 	}
 }
 
 type env struct {
-	fake   *fakeapi.API
-	proxy  *httptest.Server
-	memDir string
+	fake     *fakeapi.API
+	proxyURL string
+	memDir   string
 }
 
 // start runs a fake upstream and ctxproxy in front of it; both stop when the
 // test ends.
 func start(t *testing.T, opts ...fakeapi.Option) *env {
 	t.Helper()
-	e := &env{fake: fakeapi.New(opts...), memDir: t.TempDir()}
-	up := httptest.NewServer(e.fake)
-	t.Cleanup(up.Close)
-
-	polDir := t.TempDir()
-	for name, body := range policies() {
-		if err := os.WriteFile(filepath.Join(polDir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	log := zaptest.NewLogger(t)
-	pols, err := policy.NewStore(polDir, log)
+	s, err := stack.Start(stack.Config{Dir: t.TempDir(), Policies: policies(), Fake: fakeapi.New(opts...), Log: zaptest.NewLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem, err := memoryhook.NewFileStore(e.memDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { mem.Close() })
-	u, _ := url.Parse(up.URL)
-	srv, err := proxy.New(proxy.Config{Upstream: u, Policies: pols, Memory: mem, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.proxy = httptest.NewServer(srv)
-	t.Cleanup(e.proxy.Close)
-	return e
+	t.Cleanup(s.Close)
+	return &env{fake: s.Fake, proxyURL: s.ProxyURL, memDir: s.MemoryDir}
 }
 
 // client is the official SDK pointed at ctxproxy, built exactly as the
 // README's Go snippet says (the lines between the README markers).
 func (e *env) client(apiKey string) anthropic.Client {
-	baseURL := e.proxy.URL
+	baseURL := e.proxyURL
 	// README:go-begin
 	client := anthropic.NewClient(
 		option.WithBaseURL(baseURL), // ctxproxy, e.g. "http://localhost:8080"
