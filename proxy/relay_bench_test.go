@@ -19,8 +19,6 @@ import (
 	"github.com/ctxproxy/ctxproxy/policy"
 )
 
-var errEOF = io.EOF
-
 // discardWriter is a client that reads everything at once: it counts bytes
 // and flushes for free, so a benchmark measures only the proxy.
 type discardWriter struct {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"strconv"
 	"testing"
 
@@ -81,7 +82,7 @@ type eventReader struct{ b []byte }
 
 func (r *eventReader) Read(p []byte) (int, error) {
 	if len(r.b) == 0 {
-		return 0, fmt.Errorf("EOF: %w", errEOF)
+		return 0, io.EOF
 	}
 	end := bytes.Index(r.b, []byte("\n\n"))
 	if end < 0 {

@@ -1,5 +1,0 @@
-//go:build race
-
-package ts_test
-
-const raceEnabled = true
