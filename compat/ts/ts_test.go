@@ -12,13 +12,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/internal/binaries"
 )
 
 func need(t *testing.T, tool string) string {
@@ -70,24 +71,14 @@ func TestTypeScriptSDKSuite(t *testing.T) {
 	}
 
 	bin := t.TempDir()
-	build := func(out, pkg string) error {
-		args := []string{"build", "-o", filepath.Join(bin, out)}
-		if raceEnabled {
-			args = append(args, "-race")
-		}
-		b, err := exec.CommandContext(ctx, "go", append(args, pkg)...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
-		}
-		return nil
-	}
+	build := func(out, pkg string) error { return binaries.Build(ctx, filepath.Join(bin, out), pkg, binaries.Race) }
 	if err := build("harness", "./harness"); err != nil {
 		t.Fatal(err)
 	}
 	env := []string{"COMPAT_HARNESS=" + filepath.Join(bin, "harness")}
-	err := build("fakeapi", "../../cmd/fakeapi")
+	err := build("fakeapi", binaries.Fakeapi)
 	if err == nil {
-		err = build("ctxproxy", "../../cmd/ctxproxy")
+		err = build("ctxproxy", binaries.Ctxproxy)
 	}
 	switch {
 	case err == nil:

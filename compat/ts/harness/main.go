@@ -16,27 +16,17 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
-	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
-	"github.com/ctxproxy/ctxproxy/memoryhook"
-	"github.com/ctxproxy/ctxproxy/policy"
-	"github.com/ctxproxy/ctxproxy/proxy"
+	"github.com/ctxproxy/ctxproxy/internal/stack"
 )
 
 // Tenant keys the node tests use (not real keys; the fake accepts any).
@@ -45,19 +35,12 @@ var keys = map[string]string{
 	"inject": "sk-ant-compat-ts-inject", // memory inject: the client runs memory
 }
 
-func sha(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:])
-}
-
 // The agent tenant clears old tool uses once there are more than two, so a
 // short test conversation shows applied_edits.
 func policies() map[string]string {
 	return map[string]string{
-		"default.yaml": "tenant: default\ncontext_management:\n  mode: off\nmemory:\n  mode: off\n",
-		"agent.yaml": `tenant: agent
-api_keys_sha256: ["` + sha(keys["agent"]) + `"]
-context_management:
+		"default.yaml": stack.DefaultPolicy,
+		"agent.yaml": stack.TenantPolicy("agent", keys["agent"], `context_management:
   mode: enforce
   clear_thinking:
     keep: all
@@ -67,17 +50,15 @@ context_management:
 memory:
   mode: proxy
   max_iterations: 8
-`,
-		"inject.yaml": `tenant: inject
-api_keys_sha256: ["` + sha(keys["inject"]) + `"]
-context_management:
+`),
+		"inject.yaml": stack.TenantPolicy("inject", keys["inject"], `context_management:
   mode: default
   clear_tool_uses:
     trigger: { type: tool_uses, value: 2 }
     keep: { type: tool_uses, value: 1 }
 memory:
   mode: inject
-`,
+`),
 	}
 }
 
@@ -106,24 +87,15 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(root)
-	polDir, memDir := filepath.Join(root, "policies"), filepath.Join(root, "memories")
-	for _, d := range []string{polDir, memDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-	}
-	for name, body := range policies() {
-		if err := os.WriteFile(filepath.Join(polDir, name), []byte(body), 0o644); err != nil {
-			return err
-		}
-	}
 
-	info := ready{Mode: "in-process", MemoryDir: memDir, Policies: polDir, Keys: keys}
 	if bin, fbin := os.Getenv("CTXPROXY_BIN"), os.Getenv("FAKEAPI_BIN"); bin != "" || fbin != "" {
 		if bin == "" || fbin == "" {
 			return errors.New("set both CTXPROXY_BIN and FAKEAPI_BIN, or neither")
 		}
-		info.Mode = "binaries"
+		info := ready{Mode: "binaries", Keys: keys}
+		if info.Policies, info.MemoryDir, err = stack.Layout(root, policies()); err != nil {
+			return err
+		}
 		stopAll, err := runBinaries(ctx, &info, bin, fbin, root)
 		if err != nil {
 			return err
@@ -136,35 +108,12 @@ func run() error {
 	if os.Getenv("HARNESS_DEBUG") != "" {
 		log, _ = zap.NewDevelopment()
 	}
-	fake := fakeapi.New(fakeapi.WithLogger(log.Named("fake")))
-	fakeURL, closeFake, err := listen(fake)
+	s, err := stack.Start(stack.Config{Dir: root, Policies: policies(), Log: log})
 	if err != nil {
 		return err
 	}
-	defer closeFake()
-
-	pols, err := policy.NewStore(polDir, log)
-	if err != nil {
-		return fmt.Errorf("load policies: %w", err)
-	}
-	mem, err := memoryhook.NewFileStore(memDir)
-	if err != nil {
-		return fmt.Errorf("memory store: %w", err)
-	}
-	defer mem.Close()
-	up, _ := url.Parse(fakeURL)
-	srv, err := proxy.New(proxy.Config{Upstream: up, Policies: pols, Memory: mem, Log: log.Named("proxy")})
-	if err != nil {
-		return err
-	}
-	proxyURL, closeProxy, err := listen(srv)
-	if err != nil {
-		return err
-	}
-	defer closeProxy()
-
-	info.Proxy, info.Fake = proxyURL, fakeURL
-	return serveUntilDone(ctx, info)
+	defer s.Close()
+	return serveUntilDone(ctx, ready{Mode: "in-process", Proxy: s.ProxyURL, Fake: s.FakeURL, MemoryDir: s.MemoryDir, Policies: s.PoliciesDir, Keys: keys})
 }
 
 // serveUntilDone announces info and waits for the parent to close our stdin
@@ -183,25 +132,4 @@ func serveUntilDone(ctx context.Context, info ready) error {
 	case <-stdinClosed:
 	}
 	return nil
-}
-
-// listen serves h on 127.0.0.1:0 and returns its base URL and a stop func.
-func listen(h http.Handler) (string, func(), error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			fmt.Fprintln(os.Stderr, "harness: serve:", err)
-		}
-	}()
-	return "http://" + ln.Addr().String(), func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if hs.Shutdown(sctx) != nil {
-			hs.Close()
-		}
-	}, nil
 }
