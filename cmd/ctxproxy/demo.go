@@ -3,17 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -23,9 +19,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
-	"github.com/ctxproxy/ctxproxy/memoryhook"
-	"github.com/ctxproxy/ctxproxy/policy"
-	"github.com/ctxproxy/ctxproxy/proxy"
+	"github.com/ctxproxy/ctxproxy/internal/stack"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
@@ -39,12 +33,11 @@ const (
 	demoModel  = "claude-sonnet-4-5"
 )
 
-// demoPolicy: memory run by the proxy, and thresholds low enough that a
+// demoPolicy (the demo tenant's policy below its tenant and key lines):
+// memory run by the proxy, and thresholds low enough that a
 // short session shows context editing (more than 2 tool uses in the prompt:
 // clear all but the most recent one).
-const demoPolicy = `tenant: demo
-api_keys_sha256: ["%s"]
-context_management:
+const demoPolicy = `context_management:
   mode: enforce
   clear_tool_uses:
     trigger: { type: tool_uses, value: 2 }
@@ -52,16 +45,6 @@ context_management:
 memory:
   mode: proxy
   max_iterations: 5
-`
-
-// demoPrices is used when no prices file is found (list prices, USD per
-// million tokens, as in policies/prices.yaml).
-const demoPrices = `models:
-  - prefix: claude-sonnet-4-5
-    input: 3
-    output: 15
-    cache_write: 3.75
-    cache_read: 0.30
 `
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
@@ -103,16 +86,7 @@ func demo(ctx context.Context, o demoOptions, out, logOut io.Writer) error {
 		defer os.RemoveAll(tmp)
 		root = tmp
 	}
-	polDir, memDir := filepath.Join(root, "policies"), filepath.Join(root, "memories")
-	ledgerPath := filepath.Join(root, "ledger.jsonl")
-	for _, d := range []string{polDir, memDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-	}
-	if err := os.WriteFile(filepath.Join(polDir, "demo.yaml"), []byte(fmt.Sprintf(demoPolicy, demoKeyHash())), 0o644); err != nil {
-		return err
-	}
+	memDir, ledgerPath := filepath.Join(root, "memories"), filepath.Join(root, "ledger.jsonl")
 	// A second run in the same --dir starts from an empty memory and ledger.
 	_ = os.RemoveAll(filepath.Join(memDir, demoTenant))
 	_ = os.Remove(ledgerPath)
@@ -127,15 +101,6 @@ func demo(ctx context.Context, o demoOptions, out, logOut io.Writer) error {
 	if err != nil {
 		return err
 	}
-	pols, err := policy.NewStore(polDir, log)
-	if err != nil {
-		return fmt.Errorf("load demo policy: %w", err)
-	}
-	mem, err := memoryhook.NewFileStore(memDir)
-	if err != nil {
-		return fmt.Errorf("open memory store: %w", err)
-	}
-	defer mem.Close()
 	ledger, err := tokens.OpenLedger(ctx, "file:"+ledgerPath)
 	if err != nil {
 		return fmt.Errorf("open ledger: %w", err)
@@ -143,23 +108,18 @@ func demo(ctx context.Context, o demoOptions, out, logOut io.Writer) error {
 	defer ledger.Close()
 	rec := tokens.NewRecorder(pr, nil, ledger, log)
 
-	fake := fakeapi.New(fakeapi.WithLogger(log.Named("fake")))
+	st, err := stack.Start(stack.Config{
+		Dir:      root,
+		Policies: map[string]string{"demo.yaml": stack.TenantPolicy(demoTenant, demoKey, demoPolicy)},
+		Recorder: rec,
+		Log:      log,
+	})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	fake, fakeURL, proxyURL := st.Fake, st.FakeURL, st.ProxyURL
 	fake.SetResponder(demoAgent)
-	fakeURL, stopFake, err := demoServe(fake)
-	if err != nil {
-		return err
-	}
-	defer stopFake()
-	up, _ := url.Parse(fakeURL)
-	srv, err := proxy.New(proxy.Config{Upstream: up, Policies: pols, Memory: mem, Recorder: rec, Log: log})
-	if err != nil {
-		return err
-	}
-	proxyURL, stopProxy, err := demoServe(srv)
-	if err != nil {
-		return err
-	}
-	defer stopProxy()
 
 	p := &demoPrinter{w: out}
 	p.f("ctxproxy demo: a scripted agent session through a real ctxproxy, in front of a fake Anthropic API.\n")
@@ -212,7 +172,7 @@ func demo(ctx context.Context, o demoOptions, out, logOut io.Writer) error {
 	}
 
 	// Cost report from the ledger ctxproxy wrote.
-	stopProxy() // every call is recorded before the handler returns; close the recorder's queue next
+	st.Close() // every call is recorded before the handler returns; close the recorder's queue next
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := rec.Close(cctx); err != nil {
@@ -246,7 +206,7 @@ func demoLoadPrices(path string) (*tokens.Prices, string, error) {
 		}
 	}
 	if path == "" {
-		pr, err := tokens.ParsePrices([]byte(demoPrices))
+		pr, err := tokens.ParsePrices([]byte(stack.ListPrices))
 		return pr, "built-in list prices", err
 	}
 	pr, err := tokens.LoadPrices(path)
@@ -254,27 +214,6 @@ func demoLoadPrices(path string) (*tokens.Prices, string, error) {
 		return nil, "", fmt.Errorf("load prices: %w", err)
 	}
 	return pr, path, nil
-}
-
-func demoServe(h http.Handler) (string, func(), error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, fmt.Errorf("listen: %w", err)
-	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = hs.Serve(ln) }()
-	stopped := false
-	return "http://" + ln.Addr().String(), func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if hs.Shutdown(sctx) != nil {
-			hs.Close()
-		}
-	}, nil
 }
 
 // ---- the scripted model ----
@@ -537,11 +476,6 @@ func demoFiles(dir string) ([]demoFile, error) {
 	})
 	sort.Slice(files, func(i, j int) bool { return files[i].rel < files[j].rel })
 	return files, err
-}
-
-func demoKeyHash() string {
-	h := sha256.Sum256([]byte(demoKey))
-	return hex.EncodeToString(h[:])
 }
 
 func demoJSON(v any) json.RawMessage {
