@@ -17,8 +17,6 @@ package claudecode_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,6 +32,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
+	"github.com/ctxproxy/ctxproxy/internal/stack"
 )
 
 const (
@@ -67,11 +66,6 @@ func newRequest(ctx context.Context, method, url string, body []byte) (*http.Req
 	}
 	req.Header.Set("Content-Type", "application/json")
 	return req, nil
-}
-
-func sha(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:])
 }
 
 // shape is how the fake's replies mix Claude Code's tool with memory.
@@ -110,8 +104,7 @@ func TestClaudeCode(t *testing.T) {
 	t.Logf("claude ready and binaries built in %s", time.Since(start).Round(time.Millisecond))
 
 	root := t.TempDir()
-	polDir, memDir := filepath.Join(root, "policies"), filepath.Join(root, "memories")
-	writePolicies(t, polDir)
+	polDir, memDir := writePolicies(t, root)
 
 	fakeAddr := startLogged(ctx, t, "fakeapi listening", fakeBin, "--listen", "127.0.0.1:0", "--log-level", "info")
 	// Taps on both sides of the proxy: what the client and the upstream
@@ -567,15 +560,12 @@ func compact(s string) string {
 	return b.String()
 }
 
-// writePolicies writes the tenants: default (everything off), cc-default
-// (mode default, with edits of its own for clients that send none) and the
-// shipped policies/claude-code.yaml.example with keyEnforce's hash, plus the
-// shipped prices.
-func writePolicies(t *testing.T, dir string) {
+// writePolicies writes root's policies folder with the tenants: default
+// (everything off), cc-default (mode default, with edits of its own for
+// clients that send none) and the shipped policies/claude-code.yaml.example
+// with keyEnforce's hash, plus the shipped prices.
+func writePolicies(t *testing.T, root string) (policiesDir, memoryDir string) {
 	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	example, err := os.ReadFile("../../policies/claude-code.yaml.example")
 	if err != nil {
 		t.Fatal(err)
@@ -588,10 +578,8 @@ func writePolicies(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 	files := map[string]string{
-		"default.yaml": "tenant: default\ncontext_management:\n  mode: off\nmemory:\n  mode: off\n",
-		"cc-default.yaml": `tenant: cc-default
-api_keys_sha256: ["` + sha(keyDefault) + `"]
-context_management:
+		"default.yaml": stack.DefaultPolicy,
+		"cc-default.yaml": stack.TenantPolicy("cc-default", keyDefault, `context_management:
   mode: default
   clear_thinking:
     keep: { type: thinking_turns, value: 1 }
@@ -600,15 +588,15 @@ context_management:
     keep: { type: tool_uses, value: 3 }
 memory:
   mode: proxy
-`,
-		"claude-code.yaml": strings.Replace(string(example), exampleKeyHash, sha(keyEnforce), 1),
+`),
+		"claude-code.yaml": strings.Replace(string(example), exampleKeyHash, stack.KeyHash(keyEnforce), 1),
 		"prices.yaml":      string(prices),
 	}
-	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	policiesDir, memoryDir, err = stack.Layout(root, files)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return policiesDir, memoryDir
 }
 
 func need(t *testing.T, tool string) string {

@@ -1,7 +1,6 @@
 package claudecode_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,10 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/ctxproxy/ctxproxy/internal/binaries"
 )
 
 // buildBinaries builds cmd/ctxproxy and cmd/fakeapi (with -race when this
@@ -20,111 +18,39 @@ import (
 func buildBinaries(ctx context.Context, t *testing.T) (ctxproxy, fakeapi string) {
 	t.Helper()
 	dir := t.TempDir()
-	for _, pkg := range []string{"ctxproxy", "fakeapi"} {
-		args := []string{"build", "-o", filepath.Join(dir, pkg)}
-		if raceEnabled {
-			args = append(args, "-race")
-		}
-		out, err := exec.CommandContext(ctx, "go", append(args, "../../cmd/"+pkg)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("go build ./cmd/%s: %v\n%s", pkg, err, out)
+	ctxproxy, fakeapi = filepath.Join(dir, "ctxproxy"), filepath.Join(dir, "fakeapi")
+	for out, pkg := range map[string]string{ctxproxy: binaries.Ctxproxy, fakeapi: binaries.Fakeapi} {
+		if err := binaries.Build(ctx, out, pkg, binaries.Race); err != nil {
+			t.Fatal(err)
 		}
 	}
-	return filepath.Join(dir, "ctxproxy"), filepath.Join(dir, "fakeapi")
-}
-
-// logTail keeps the last lines a process logged, to show when a test fails.
-type logTail struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logTail) add(s string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.lines = append(l.lines, s); len(l.lines) > 200 {
-		l.lines = l.lines[len(l.lines)-200:]
-	}
-}
-
-func (l *logTail) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.lines, "\n")
+	return ctxproxy, fakeapi
 }
 
 // startLogged runs bin, waits for the JSON log line whose msg is readyMsg and
 // returns its addr field. The process is stopped (SIGTERM, then SIGKILL) when
-// the test ends; its log is shown if the test failed.
+// the test ends; the end of its log is shown if the test failed.
 func startLogged(ctx context.Context, t *testing.T, readyMsg, bin string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	setProcAttrs(cmd)
 	// A race-built binary would sleep 1s at exit; a race it finds makes it exit 66.
 	cmd.Env = append(cmd.Environ(), "GORACE=atexit_sleep_ms=0")
-	stderr, err := cmd.StderrPipe()
+	p, err := binaries.Start(ctx, cmd, readyMsg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stdout = cmd.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
 	name := filepath.Base(bin)
-	var tail logTail
-	addrc := make(chan string, 1)
-	drained := make(chan struct{})
-	go func() {
-		defer close(drained)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(nil, 1<<20)
-		found := false
-		for sc.Scan() {
-			tail.add(sc.Text())
-			var l struct{ Msg, Addr string }
-			if !found && json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == readyMsg && l.Addr != "" {
-				found = true
-				addrc <- l.Addr
-			}
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-	}()
 	t.Cleanup(func() {
-		if code := stopProc(cmd, drained); code != 0 && code != -1 {
+		if code := p.Stop(); code != 0 && code != -1 {
 			t.Errorf("%s exited %d", name, code)
 		}
 		if t.Failed() {
-			t.Logf("%s log:\n%s", name, tail.String())
+			lines := strings.Split(strings.TrimSuffix(p.Log(), "\n"), "\n")
+			t.Logf("%s log:\n%s", name, strings.Join(lines[max(0, len(lines)-200):], "\n"))
 		}
 	})
-	select {
-	case addr := <-addrc:
-		return addr
-	case <-drained:
-	case <-time.After(30 * time.Second):
-	case <-ctx.Done():
-	}
-	t.Fatalf("%s did not log %q", name, readyMsg)
-	return ""
-}
-
-// stopProc asks the process to stop, kills it after 10s, and returns its
-// exit code (-1 when killed by a signal).
-func stopProc(cmd *exec.Cmd, drained <-chan struct{}) int {
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() {
-		<-drained // Wait closes the pipe; read it to the end first
-		_ = cmd.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-	}
-	return cmd.ProcessState.ExitCode()
+	return p.Addr
 }
 
 // fakeControl talks to the fake upstream's /_fake/ endpoints.

@@ -1,5 +1,0 @@
-//go:build race
-
-package claudecode_test
-
-const raceEnabled = true
