@@ -2,10 +2,8 @@ package main
 
 import (
 	"bufio"
-	"crypto/sha256"
-	"encoding/hex"
+	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -21,7 +19,9 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/ctxproxy/ctxproxy/internal/binaries"
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
+	"github.com/ctxproxy/ctxproxy/internal/stack"
 )
 
 // These tests drive the built binary, as a user would.
@@ -41,10 +41,7 @@ func binary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "ctxproxy")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		buildErr = binaries.Build(context.Background(), binPath, binaries.Ctxproxy, false)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -56,83 +53,33 @@ const binKey = "sk-ant-binary-test"
 
 func binPolicies(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	sum := sha256.Sum256([]byte(binKey))
-	files := map[string]string{
-		"default.yaml": "tenant: default\nmemory:\n  mode: off\n",
-		"acme.yaml": "tenant: acme\napi_keys_sha256: [\"" + hex.EncodeToString(sum[:]) + "\"]\n" +
-			"context_management:\n  mode: enforce\n  clear_tool_uses:\n    trigger: { type: input_tokens, value: 30000 }\nmemory:\n  mode: proxy\n",
-	}
-	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 	prices, err := os.ReadFile("../../policies/prices.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "prices.yaml"), prices, 0o644); err != nil {
+	dir, _, err := stack.Layout(t.TempDir(), map[string]string{
+		"default.yaml": "tenant: default\nmemory:\n  mode: off\n",
+		"acme.yaml": stack.TenantPolicy("acme", binKey,
+			"context_management:\n  mode: enforce\n  clear_tool_uses:\n    trigger: { type: input_tokens, value: 30000 }\nmemory:\n  mode: proxy\n"),
+		"prices.yaml": string(prices),
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	return dir
 }
 
-type proc struct {
-	cmd  *exec.Cmd
-	addr string
-	logs *strings.Builder
-	mu   *sync.Mutex
-	done chan struct{} // closed when the process has exited
-	err  error         // its exit error, once done
-}
-
-func (p *proc) logText() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.logs.String()
-}
-
 // startProxy runs the binary on an ephemeral port and waits for its
-// listening log line.
-func startProxy(t *testing.T, args ...string) *proc {
+// listening log line; it is killed when the test ends.
+func startProxy(t *testing.T, args ...string) *binaries.Process {
 	t.Helper()
 	cmd := exec.Command(binary(t), append([]string{"--listen", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append(os.Environ(), "CTXPROXY_LOG_LEVEL=debug")
-	stderr, err := cmd.StderrPipe()
+	p, err := binaries.Start(context.Background(), cmd, "ctxproxy listening", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, logs: &strings.Builder{}, mu: &sync.Mutex{}, done: make(chan struct{})}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			p.mu.Lock()
-			p.logs.WriteString(line + "\n")
-			p.mu.Unlock()
-			if gjson.Get(line, "msg").Str == "ctxproxy listening" {
-				addr <- gjson.Get(line, "addr").Str
-			}
-		}
-	}()
-	go func() { p.err = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-p.done
-	})
-	select {
-	case p.addr = <-addr:
-	case <-p.done:
-		t.Fatalf("ctxproxy exited: %v\n%s", p.err, p.logText())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("ctxproxy did not start:\n%s", p.logText())
-	}
+	t.Cleanup(p.Kill)
 	return p
 }
 
@@ -201,7 +148,7 @@ func TestBinaryServesRecordsAndReports(t *testing.T) {
 		fakeapi.Reply{Content: []json.RawMessage{fakeapi.Text("done")}, Usage: &fakeapi.Usage{InputTokens: 2000, OutputTokens: 200},
 			AppliedEdits: []json.RawMessage{fakeapi.AppliedEdit("clear_tool_uses_20250919", 2, 5000)}},
 	))
-	resp, body := send(t, p.addr, "/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`)
+	resp, body := send(t, p.Addr, "/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`)
 	if resp.StatusCode != 200 || gjson.Get(body, "content.0.text").Str != "done" {
 		t.Fatalf("status %d body %s", resp.StatusCode, body)
 	}
@@ -209,7 +156,7 @@ func TestBinaryServesRecordsAndReports(t *testing.T) {
 		t.Fatalf("memory file: %q %v", b, err)
 	}
 	// Metrics count both upstream calls of the loop.
-	mresp, err := http.Get("http://" + p.addr + "/metrics")
+	mresp, err := http.Get("http://" + p.Addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,12 +166,12 @@ func TestBinaryServesRecordsAndReports(t *testing.T) {
 		t.Fatalf("metrics lack ctxproxy_requests_total:\n%.2000s", metrics)
 	}
 	// The admin report needs the token.
-	rr, _ := http.Get("http://" + p.addr + "/admin/report")
+	rr, _ := http.Get("http://" + p.Addr + "/admin/report")
 	rr.Body.Close()
 	if rr.StatusCode != 401 {
 		t.Fatalf("report without token: %d", rr.StatusCode)
 	}
-	req, _ := http.NewRequest(http.MethodGet, "http://"+p.addr+"/admin/report?tenant=acme", nil)
+	req, _ := http.NewRequest(http.MethodGet, "http://"+p.Addr+"/admin/report?tenant=acme", nil)
 	req.Header.Set("Authorization", "Bearer s3cret")
 	// The ledger is written behind the request: poll until both calls are in.
 	var report string
@@ -246,12 +193,12 @@ func TestBinaryServesRecordsAndReports(t *testing.T) {
 		t.Fatalf("report input tokens = %d, want 3000: %s", in, report)
 	}
 	// Logs never carry the key.
-	if strings.Contains(p.logText(), binKey) {
+	if strings.Contains(p.Log(), binKey) {
 		t.Fatal("a log line carries the API key")
 	}
 	// After a stop, `ctxproxy report` reads the same ledger.
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	<-p.done
+	p.Signal(syscall.SIGTERM)
+	<-p.Done()
 	out, err := exec.Command(binary(t), "report", "--ledger", "file:"+ledger, "--json").CombinedOutput()
 	if err != nil {
 		t.Fatalf("report: %v\n%s", err, out)
@@ -266,13 +213,13 @@ func TestBinaryReloadsPoliciesOnSIGHUP(t *testing.T) {
 	pols := binPolicies(t)
 	p := startProxy(t, "--upstream", upURL, "--policies", pols, "--memory-dir", t.TempDir(), "--ledger", "file:"+filepath.Join(t.TempDir(), "l.jsonl"))
 	body := `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`
-	send(t, p.addr, "/v1/messages", body)
+	send(t, p.Addr, "/v1/messages", body)
 	acme, _ := os.ReadFile(filepath.Join(pols, "acme.yaml"))
 	os.WriteFile(filepath.Join(pols, "acme.yaml"), []byte(strings.Replace(string(acme), "30000", "4242", 1)), 0o644)
-	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.Signal(syscall.SIGHUP)
 	within(t, 10*time.Second, "the reload taking effect", func() {
 		for {
-			send(t, p.addr, "/v1/messages", body)
+			send(t, p.Addr, "/v1/messages", body)
 			if r, ok := fake.LastRequest("/v1/messages"); ok && gjson.GetBytes(r.Body, "context_management.edits.0.trigger.value").Int() == 4242 {
 				return
 			}
@@ -287,7 +234,7 @@ func TestBinaryStopsGracefullyOnSIGTERM(t *testing.T) {
 		"--ledger", "file:"+filepath.Join(t.TempDir(), "l.jsonl"), "--shutdown-grace", "20s")
 	// A stream that takes a while: 8 text chunks, 150ms apart.
 	fake.Enqueue(fakeapi.Reply{Content: []json.RawMessage{fakeapi.Text("one two three four five six seven eight")}, TextChunks: 8, EventDelay: 150 * time.Millisecond})
-	req, _ := http.NewRequest(http.MethodPost, "http://"+p.addr+"/v1/messages", strings.NewReader(`{"model":"m","max_tokens":10,"stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	req, _ := http.NewRequest(http.MethodPost, "http://"+p.Addr+"/v1/messages", strings.NewReader(`{"model":"m","max_tokens":10,"stream":true,"messages":[{"role":"user","content":"hi"}]}`))
 	req.Header.Set("X-Api-Key", binKey)
 	req.Header.Set("Anthropic-Version", "2023-06-01")
 	resp, err := http.DefaultClient.Do(req)
@@ -298,13 +245,13 @@ func TestBinaryStopsGracefullyOnSIGTERM(t *testing.T) {
 	if line, _ := br.ReadString('\n'); line != "event: message_start\n" {
 		t.Fatalf("first line %q", line)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	// New connections are refused once the listener is closed.
 	within(t, 10*time.Second, "the listener closing", func() {
 		for {
-			c, err := net.DialTimeout("tcp", p.addr, time.Second)
+			c, err := net.DialTimeout("tcp", p.Addr, time.Second)
 			if err != nil {
 				return
 			}
@@ -318,9 +265,9 @@ func TestBinaryStopsGracefullyOnSIGTERM(t *testing.T) {
 		t.Fatalf("the open stream did not finish:\n%s", rest)
 	}
 	select {
-	case <-p.done:
-		if p.err != nil {
-			t.Fatalf("exit: %v\n%s", p.err, p.logText())
+	case <-p.Done():
+		if p.Err() != nil {
+			t.Fatalf("exit: %v\n%s", p.Err(), p.Log())
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("ctxproxy did not exit after SIGTERM")

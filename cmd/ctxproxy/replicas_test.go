@@ -12,6 +12,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/ctxproxy/ctxproxy/internal/binaries"
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
 	"github.com/ctxproxy/ctxproxy/internal/pgtest"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
@@ -37,7 +38,7 @@ func TestTwoReplicasOnOneDatabaseLoseNoEdit(t *testing.T) {
 		return fakeapi.Blocks(fakeapi.MemoryInsert("/memories/log.md", 1, "line "+n+"\n"))
 	})
 	pols := binPolicies(t)
-	var replicas []*proc
+	var replicas []*binaries.Process
 	for i := range 2 {
 		replicas = append(replicas, startProxy(t, "--upstream", upURL, "--policies", pols, "--memory-store", db.URL,
 			"--ledger", "file:"+filepath.Join(t.TempDir(), fmt.Sprintf("l%d.jsonl", i))))
@@ -45,7 +46,7 @@ func TestTwoReplicasOnOneDatabaseLoseNoEdit(t *testing.T) {
 	body := func(s string) string {
 		return `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"` + s + `"}]}`
 	}
-	if resp, b := send(t, replicas[0].addr, "/v1/messages", body("seed")); resp.StatusCode != 200 {
+	if resp, b := send(t, replicas[0].Addr, "/v1/messages", body("seed")); resp.StatusCode != 200 {
 		t.Fatalf("seed: %d %s", resp.StatusCode, b)
 	}
 	var wg sync.WaitGroup
@@ -53,7 +54,7 @@ func TestTwoReplicasOnOneDatabaseLoseNoEdit(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if resp, b := send(t, replicas[i%2].addr, "/v1/messages", body(fmt.Sprint(i))); resp.StatusCode != 200 {
+			if resp, b := send(t, replicas[i%2].Addr, "/v1/messages", body(fmt.Sprint(i))); resp.StatusCode != 200 {
 				t.Errorf("edit %d: %d %s", i, resp.StatusCode, b)
 			}
 		}()
@@ -115,7 +116,7 @@ func TestTheProxyRidesOutADatabaseOutage(t *testing.T) {
 		return gjson.GetBytes(r.Body, "messages.@reverse.0.content.0")
 	}
 	ready := func() (int, string) {
-		resp, err := http.Get("http://" + p.addr + "/readyz")
+		resp, err := http.Get("http://" + p.Addr + "/readyz")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +129,7 @@ func TestTheProxyRidesOutADatabaseOutage(t *testing.T) {
 	}
 
 	fwd.Set("down")
-	if resp, b := send(t, p.addr, "/v1/messages", body("during")); resp.StatusCode != 200 {
+	if resp, b := send(t, p.Addr, "/v1/messages", body("during")); resp.StatusCode != 200 {
 		t.Fatalf("request during the outage: %d %s", resp.StatusCode, b)
 	}
 	if res := lastResult(); !res.Get("is_error").Bool() || !strings.HasPrefix(res.Get("content").Str, "Error: memory store unavailable") {
@@ -138,7 +139,7 @@ func TestTheProxyRidesOutADatabaseOutage(t *testing.T) {
 		t.Fatalf("readyz during the outage: %d %s", code, b)
 	}
 	// A tenant without memory is served as before.
-	req, _ := http.NewRequest(http.MethodPost, "http://"+p.addr+"/v1/messages", strings.NewReader(`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"plain"}]}`))
+	req, _ := http.NewRequest(http.MethodPost, "http://"+p.Addr+"/v1/messages", strings.NewReader(`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"plain"}]}`))
 	req.Header.Set("X-Api-Key", "sk-some-other-key")
 	req.Header.Set("Anthropic-Version", "2023-06-01")
 	fake.Enqueue(fakeapi.TextReply("served"))
@@ -161,7 +162,7 @@ func TestTheProxyRidesOutADatabaseOutage(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	})
-	if resp, b := send(t, p.addr, "/v1/messages", body("after")); resp.StatusCode != 200 {
+	if resp, b := send(t, p.Addr, "/v1/messages", body("after")); resp.StatusCode != 200 {
 		t.Fatalf("request after the outage: %d %s", resp.StatusCode, b)
 	}
 	if res := lastResult(); res.Get("is_error").Bool() || !strings.HasPrefix(res.Get("content").Str, "File created successfully") {
