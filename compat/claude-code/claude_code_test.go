@@ -32,6 +32,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
+	"github.com/ctxproxy/ctxproxy/internal/npmlock"
 	"github.com/ctxproxy/ctxproxy/internal/stack"
 )
 
@@ -47,6 +48,9 @@ const (
 	betaContextManagement = "context-management-2025-06-27"
 	// The example policy's placeholder key hash, replaced by keyEnforce's.
 	exampleKeyHash = "00624ba9a8de9455061a805f91f7ff3abea0895ae21ac3010e6ce4db27191611"
+
+	// cliPackage is the npm package of the Claude Code CLI.
+	cliPackage = "@anthropic-ai/claude-code"
 
 	bashID   = "toolu_cc_bash"
 	memoryID = "toolu_cc_memory"
@@ -628,7 +632,7 @@ func installClaudeCode(ctx context.Context, t *testing.T, npm string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if installedVersion() == want && runsVersion(ctx, bin, want) == nil {
+	if npmlock.Installed(".", cliPackage) == want && runsVersion(ctx, bin, want) == nil {
 		return bin
 	}
 	began := time.Now()
@@ -654,30 +658,14 @@ func installClaudeCode(ctx context.Context, t *testing.T, npm string) string {
 // lockedVersion is the CLI version package-lock.json pins.
 func lockedVersion(t *testing.T) string {
 	t.Helper()
-	var lock struct {
-		Packages map[string]struct{ Version string } `json:"packages"`
-	}
-	b, err := os.ReadFile("package-lock.json")
+	v, err := npmlock.Pinned(".", cliPackage)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(b, &lock); err != nil {
-		t.Fatalf("package-lock.json: %v", err)
-	}
-	v := lock.Packages["node_modules/@anthropic-ai/claude-code"].Version
 	if v == "" {
-		t.Fatal("package-lock.json pins no @anthropic-ai/claude-code")
+		t.Fatal("package-lock.json pins no " + cliPackage)
 	}
 	return v
-}
-
-func installedVersion() string {
-	var pkg struct{ Version string }
-	b, err := os.ReadFile(filepath.Join("node_modules", "@anthropic-ai", "claude-code", "package.json"))
-	if err != nil || json.Unmarshal(b, &pkg) != nil {
-		return ""
-	}
-	return pkg.Version
 }
 
 // runsVersion runs `claude --version` and checks it prints want.

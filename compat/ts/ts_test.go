@@ -11,7 +11,6 @@ package ts_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/internal/binaries"
+	"github.com/ctxproxy/ctxproxy/internal/npmlock"
 )
 
 func need(t *testing.T, tool string) string {
@@ -38,23 +38,11 @@ func need(t *testing.T, tool string) string {
 // lock file pins.
 func installedMatchesLock(t *testing.T) bool {
 	t.Helper()
-	var lock struct {
-		Packages map[string]struct{ Version string } `json:"packages"`
-	}
-	b, err := os.ReadFile("package-lock.json")
+	want, err := npmlock.Pinned(".", "@anthropic-ai/sdk")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(b, &lock); err != nil {
-		t.Fatalf("package-lock.json: %v", err)
-	}
-	want := lock.Packages["node_modules/@anthropic-ai/sdk"].Version
-	var pkg struct{ Version string }
-	b, err = os.ReadFile(filepath.Join("node_modules", "@anthropic-ai", "sdk", "package.json"))
-	if err != nil || json.Unmarshal(b, &pkg) != nil {
-		return false
-	}
-	return want != "" && pkg.Version == want
+	return want != "" && npmlock.Installed(".", "@anthropic-ai/sdk") == want
 }
 
 func TestTypeScriptSDKSuite(t *testing.T) {
