@@ -1,0 +1,46 @@
+package stack
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestStartServesATenantThroughTheProxyAndCloseStopsBoth(t *testing.T) {
+	const key = "sk-ant-stack-test"
+	s, err := Start(Config{Dir: t.TempDir(), Policies: map[string]string{
+		"default.yaml": DefaultPolicy,
+		"t.yaml":       TenantPolicy("t", key, "context_management:\n  mode: off\nmemory:\n  mode: inject\n"),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	req, _ := http.NewRequest(http.MethodPost, s.ProxyURL+"/v1/messages",
+		strings.NewReader(`{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("X-Api-Key", key)
+	req.Header.Set("Anthropic-Version", "2023-06-01")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	// The tenant was found by its key hash: memory inject added the tool.
+	up, ok := s.Fake.LastRequest("/v1/messages")
+	if !ok || !strings.Contains(string(up.Body), `"memory_20250818"`) {
+		t.Fatalf("upstream request lacks the memory tool: %s", up.Body)
+	}
+
+	s.Close()
+	s.Close() // a second Close does nothing
+	for _, u := range []string{s.ProxyURL, s.FakeURL} {
+		if resp, err := http.Get(u + "/"); err == nil {
+			resp.Body.Close()
+			t.Errorf("%s still serves after Close", u)
+		}
+	}
+}
