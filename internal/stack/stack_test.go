@@ -18,9 +18,7 @@ func TestStartServesATenantThroughTheProxyAndCloseStopsBoth(t *testing.T) {
 	defer s.Close()
 	req, _ := http.NewRequest(http.MethodPost, s.ProxyURL+"/v1/messages",
 		strings.NewReader(`{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`))
-	req.Header.Set("X-Api-Key", key)
-	req.Header.Set("Anthropic-Version", "2023-06-01")
-	req.Header.Set("Content-Type", "application/json")
+	req.Header = http.Header{"X-Api-Key": {key}, "Anthropic-Version": {"2023-06-01"}, "Content-Type": {"application/json"}}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
