@@ -442,7 +442,7 @@ func (r *runner) streamCell(ctx context.Context, cl *cell, srv *child, t target,
 		openStats, _ = srv.stats(false)
 		openRSS = srv.rss()
 		if r.c.pprofDir != "" && cl.row.kind != "direct" {
-			srv.saveProfile(ctx, "heap", filepath.Join(r.c.pprofDir, tag+".open.heap.pprof"))
+			srv.saveProfile(ctx, "heap?gc=1", filepath.Join(r.c.pprofDir, tag+".open.heap.pprof"))
 		}
 		close(gotOpen)
 	}

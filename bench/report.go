@@ -152,7 +152,7 @@ func (r *runner) markdown(micro []microResult) string {
 			rps = fmt.Sprintf("%d/%d streams", cl.completed, c.streams)
 			ttfb = fmtDur(cl.ttfb50) + " / " + fmtDur(cl.ttfb99)
 			perStream = fmtBytes(cl.memPerStream)
-			if bare != nil {
+			if bare != nil && cl.row.id != "2" {
 				ratio = "p99 " + fmtDelta(cl.p99-bare.p99)
 			}
 		}
