@@ -42,6 +42,8 @@ type RewriteInfo struct {
 	BetaAdded      bool     // context-management beta merged into anthropic-beta (was missing)
 	Thinking       bool     // the request turns extended thinking on (enabled or adaptive)
 	ThreadContinue bool     // thread.type == "continue" (spec §9)
+	Model          string   // the top-level model, when a string
+	Stream         bool     // the top-level stream is true
 }
 
 // memoryToolJSON is the memory tool definition ctxproxy appends.
@@ -129,6 +131,16 @@ members:
 			m = &thinking
 		case "thread":
 			m = &thread
+		case "model":
+			// Read here, in the pass that validates the body, so the proxy needs no
+			// pass of its own (a missing key costs gjson a walk of the whole body).
+			if v := s[tm.valStart:tm.valEnd]; len(v) > 1 && v[0] == '"' {
+				info.Model = gjson.Parse(v).Str
+			}
+			continue
+		case "stream":
+			info.Stream = s[tm.valStart:tm.valEnd] == "true"
+			continue
 		default:
 			continue
 		}

@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -90,7 +92,22 @@ func threaded(body []byte) bool {
 // A full-history request gets the assistant turn and the results appended; a
 // thread is continued from replyID with only the results (spec §9).
 func nextBody(body []byte, replyID string, assistant, results []byte) ([]byte, error) {
-	if threaded(body) {
+	// One pass finds thread and messages; a full-history body (the big one)
+	// is then built in one allocation, where two sjson appends would walk
+	// and copy it twice.
+	var msgs, thread gjson.Result
+	root := gjson.ParseBytes(body)
+	root.Index = len(body) - len(root.Raw) // leading whitespace: keep child offsets absolute
+	root.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "messages":
+			msgs = v
+		case "thread":
+			thread = v
+		}
+		return true
+	})
+	if t := thread.Get("type").Str; t == "create" || t == "continue" {
 		b, err := sjson.SetRawBytes(body, "messages", append(append([]byte(`[{"role":"user","content":`), results...), "}]"...))
 		if err != nil {
 			return nil, err
@@ -102,18 +119,23 @@ func nextBody(body []byte, replyID string, assistant, results []byte) ([]byte, e
 		// The thread keeps its tool set; a tools array would replace it.
 		return sjson.DeleteBytes(b, "tools")
 	}
-	turns := make([]byte, 0, len(assistant)+len(results)+64)
-	turns = append(turns, `{"role":"assistant","content":`...)
-	turns = append(turns, assistant...)
-	turns = append(turns, `}`...)
-	b, err := sjson.SetRawBytes(body, "messages.-1", turns)
-	if err != nil {
-		return nil, err
+	if !msgs.IsArray() || msgs.Index <= 0 {
+		return nil, errors.New("request has no messages array")
 	}
-	turns = append(turns[:0], `{"role":"user","content":`...)
-	turns = append(turns, results...)
-	turns = append(turns, '}')
-	return sjson.SetRawBytes(b, "messages.-1", turns)
+	end := msgs.Index + len(msgs.Raw) - 1 // the closing ']'
+	sep := ","
+	if strings.TrimSpace(msgs.Raw[1:len(msgs.Raw)-1]) == "" {
+		sep = ""
+	}
+	out := make([]byte, 0, len(body)+len(assistant)+len(results)+64)
+	out = append(out, body[:end]...)
+	out = append(out, sep...)
+	out = append(out, `{"role":"assistant","content":`...)
+	out = append(out, assistant...)
+	out = append(out, `},{"role":"user","content":`...)
+	out = append(out, results...)
+	out = append(out, '}')
+	return append(out, body[end:]...), nil
 }
 
 // setUsage writes u into the usage object at path of a message or event.

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tidwall/gjson"
 	"go.uber.org/zap"
 
 	"github.com/ctxproxy/ctxproxy/memoryhook"
@@ -122,8 +121,9 @@ func (x *exchange) readAndRewrite(countTokens bool) bool {
 		x.fail(http.StatusServiceUnavailable, "api_error", "memory store unavailable: "+err.Error())
 		return false
 	}
-	x.model = gjson.GetBytes(x.body, "model").String()
-	x.stream = gjson.GetBytes(x.body, "stream").Bool()
+	// Rewrite read both in its validating pass; a gjson lookup of an absent
+	// "stream" would walk the whole body once more.
+	x.model, x.stream = info.Model, info.Stream
 	return true
 }
 

@@ -31,7 +31,7 @@ type sseReader struct {
 const maxSSEEvent = 16 << 20
 
 func newSSEReader(r io.Reader) *sseReader {
-	return &sseReader{br: bufio.NewReaderSize(r, 32<<10), max: maxSSEEvent}
+	return &sseReader{br: bufio.NewReaderSize(r, 4<<10), max: maxSSEEvent}
 }
 
 var errSSETooLarge = errors.New("sse event too large")

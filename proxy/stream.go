@@ -7,7 +7,10 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -26,7 +29,7 @@ import (
 // assistant turn for the next round of a full-history loop.
 type block struct {
 	start     []byte // content_block from content_block_start
-	text      []byte
+	text      []byte // text, thinking, signature: JSON string contents, still escaped
 	thinking  []byte
 	signature []byte
 	input     []byte
@@ -44,13 +47,13 @@ func (b *block) json() []byte {
 		}
 	}
 	if len(b.text) > 0 {
-		set("text", jsonstr.Append(nil, string(b.text)))
+		set("text", quoted(b.text))
 	}
 	if len(b.thinking) > 0 {
-		set("thinking", jsonstr.Append(nil, string(b.thinking)))
+		set("thinking", quoted(b.thinking))
 	}
 	if len(b.signature) > 0 {
-		set("signature", jsonstr.Append(nil, string(b.signature)))
+		set("signature", quoted(b.signature))
 	}
 	if b.toolUse {
 		in := b.input
@@ -81,10 +84,11 @@ type round struct {
 }
 
 type streamWriter struct {
-	w   http.ResponseWriter
-	rc  *http.ResponseController
-	n   int64
-	err error
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	n       int64
+	err     error
+	scratch []byte // a renumbered event being sent; reused
 }
 
 func (sw *streamWriter) send(b []byte) {
@@ -284,12 +288,16 @@ func (x *exchange) relay(rd0 *sseReader, sw *streamWriter, rd *round, i int, nex
 				sw.send(ev.Raw)
 				continue
 			}
-			idx := int(gjson.GetBytes(ev.Data, "index").Int())
-			cb := gjson.GetBytes(ev.Data, "content_block")
+			// gjson.Get on a view of the event: no copies per event. What is kept
+			// past this event (start, id) is copied.
+			data := bstr(ev.Data)
+			ir := gjson.Get(data, "index")
+			idx := int(ir.Int())
+			cb := gjson.Get(data, "content_block")
 			b := &block{start: []byte(cb.Raw)}
 			if cb.Get("type").Str == "tool_use" {
 				b.toolUse = true
-				b.id = cb.Get("id").Str
+				b.id = strings.Clone(cb.Get("id").Str)
 				b.memory = mem && cb.Get("name").Str == "memory"
 				if !b.memory {
 					rd.others++
@@ -310,13 +318,14 @@ func (x *exchange) relay(rd0 *sseReader, sw *streamWriter, rd *round, i int, nex
 			}
 			index[idx] = *next
 			*next++
-			x.sendIndexed(sw, ev, idx, index[idx])
+			x.sendIndexed(sw, ev, ir, idx, index[idx])
 		case "content_block_delta", "content_block_stop":
 			if !mem {
 				sw.send(ev.Raw)
 				continue
 			}
-			idx := int(gjson.GetBytes(ev.Data, "index").Int())
+			ir := gjson.Get(bstr(ev.Data), "index")
+			idx := int(ir.Int())
 			if idx < 0 || idx >= len(rd.blocks) || rd.blocks[idx] == nil {
 				continue // no such block started: drop what cannot be placed
 			}
@@ -327,7 +336,7 @@ func (x *exchange) relay(rd0 *sseReader, sw *streamWriter, rd *round, i int, nex
 				rd.calls = append(rd.calls, memCall{id: b.id, input: b.inputJSON()})
 			}
 			if !b.memory {
-				x.sendIndexed(sw, ev, idx, index[idx])
+				x.sendIndexed(sw, ev, ir, idx, index[idx])
 			}
 		case "message_delta":
 			rd.meter.Event("message_delta", ev.Data)
@@ -351,19 +360,42 @@ func (x *exchange) relay(rd0 *sseReader, sw *streamWriter, rd *round, i int, nex
 }
 
 func (b *block) addDelta(data []byte) {
-	d := gjson.GetBytes(data, "delta")
+	d := gjson.Get(bstr(data), "delta") // a view: appends below copy what is kept
 	switch d.Get("type").Str {
 	case "text_delta":
-		b.text = append(b.text, d.Get("text").Str...)
+		b.text = appendEscaped(b.text, d.Get("text"))
 	case "input_json_delta":
 		b.input = append(b.input, d.Get("partial_json").Str...)
 	case "thinking_delta":
-		b.thinking = append(b.thinking, d.Get("thinking").Str...)
+		b.thinking = appendEscaped(b.thinking, d.Get("thinking"))
 	case "signature_delta":
-		b.signature = append(b.signature, d.Get("signature").Str...)
+		b.signature = appendEscaped(b.signature, d.Get("signature"))
 	case "citations_delta":
 		b.citations = append(b.citations, []byte(d.Get("citation").Raw))
 	}
+}
+
+// appendEscaped appends a JSON string's contents as they are, escapes and
+// all: fragments of one string concatenate into that string, so the text is
+// never unescaped per delta and escaped again for the next round.
+func appendEscaped(dst []byte, r gjson.Result) []byte {
+	if r.Type != gjson.String || len(r.Raw) < 2 {
+		return dst
+	}
+	return append(dst, r.Raw[1:len(r.Raw)-1]...)
+}
+
+// quoted makes the accumulated contents a JSON string again. Contents that
+// are not valid UTF-8 (a broken upstream) go through jsonstr, which replaces
+// the bad bytes, so the next round's body stays valid.
+func quoted(escaped []byte) []byte {
+	if !utf8.Valid(escaped) {
+		return jsonstr.Append(nil, gjson.Parse(`"`+string(escaped)+`"`).Str)
+	}
+	out := make([]byte, 0, len(escaped)+2)
+	out = append(out, '"')
+	out = append(out, escaped...)
+	return append(out, '"')
 }
 
 func (b *block) inputJSON() []byte {
@@ -374,15 +406,33 @@ func (b *block) inputJSON() []byte {
 }
 
 // sendIndexed relays ev with its index changed to to, when it differs.
-func (x *exchange) sendIndexed(sw *streamWriter, ev sseEvent, from, to int) {
+// ir is ev's "index" member: the new number is spliced in at its offset,
+// into a buffer the stream reuses.
+func (x *exchange) sendIndexed(sw *streamWriter, ev sseEvent, ir gjson.Result, from, to int) {
 	if from == to {
 		sw.send(ev.Raw)
 		return
 	}
-	d, err := sjson.SetRawBytes(append([]byte(nil), ev.Data...), "index", strconv.AppendInt(nil, int64(to), 10))
-	if err != nil {
-		sw.send(ev.Raw)
+	if ir.Type != gjson.Number || ir.Index <= 0 || ir.Index+len(ir.Raw) > len(ev.Data) {
+		d, err := sjson.SetRawBytes(append([]byte(nil), ev.Data...), "index", strconv.AppendInt(nil, int64(to), 10))
+		if err != nil {
+			sw.send(ev.Raw)
+			return
+		}
+		sw.send(appendSSE(nil, string(ev.Name), d))
 		return
 	}
-	sw.send(appendSSE(nil, string(ev.Name), d))
+	b := append(sw.scratch[:0], "event: "...)
+	b = append(b, ev.Name...)
+	b = append(b, "\ndata: "...)
+	b = append(b, ev.Data[:ir.Index]...)
+	b = strconv.AppendInt(b, int64(to), 10)
+	b = append(b, ev.Data[ir.Index+len(ir.Raw):]...)
+	b = append(b, "\n\n"...)
+	sw.scratch = b
+	sw.send(b)
 }
+
+// bstr views b as a string without copying; only for reads that do not
+// outlive b.
+func bstr(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

@@ -57,7 +57,7 @@ func (x *exchange) saveContinuation(ctx context.Context, clientID, lastID string
 func (x *exchange) applyContinuation(ctx context.Context, body []byte) ([]byte, error) {
 	// Only memory proxy mode leaves continuations; other tenants never wait
 	// on the memory store.
-	if !x.memory || gjson.GetBytes(body, "thread.type").Str != "continue" {
+	if !x.memory || !x.info.ThreadContinue {
 		return body, nil
 	}
 	c := x.continuations()
