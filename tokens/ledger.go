@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
 	"github.com/tidwall/gjson"
 )
 
@@ -111,28 +113,35 @@ type record struct {
 }
 
 // MarshalJSON renders one edit the way the API does; unknown types as their raw JSON.
-func (e AppliedEdit) MarshalJSON() ([]byte, error) {
+func (e AppliedEdit) MarshalJSON() ([]byte, error) { return e.appendJSON(nil), nil }
+
+func (e AppliedEdit) appendJSON(b []byte) []byte {
 	if e.Raw != "" && json.Valid([]byte(e.Raw)) {
-		return []byte(e.Raw), nil
+		return append(b, e.Raw...)
 	}
-	b := []byte(`{"type":`)
-	t, _ := json.Marshal(e.Type)
-	b = append(b, t...)
+	b = append(b, `{"type":`...)
+	b = jsonstr.Append(b, e.Type)
+	field := func(name string, v int64) {
+		b = append(b, `,"`...)
+		b = append(b, name...)
+		b = append(b, `":`...)
+		b = strconv.AppendInt(b, v, 10)
+	}
 	switch e.Type {
 	case EditClearThinking:
-		b = fmt.Appendf(b, `,"cleared_thinking_turns":%d`, e.ClearedThinkingTurns)
+		field("cleared_thinking_turns", e.ClearedThinkingTurns)
 	case EditClearToolUses:
-		b = fmt.Appendf(b, `,"cleared_tool_uses":%d`, e.ClearedToolUses)
+		field("cleared_tool_uses", e.ClearedToolUses)
 	default:
 		if e.ClearedToolUses != 0 {
-			b = fmt.Appendf(b, `,"cleared_tool_uses":%d`, e.ClearedToolUses)
+			field("cleared_tool_uses", e.ClearedToolUses)
 		}
 		if e.ClearedThinkingTurns != 0 {
-			b = fmt.Appendf(b, `,"cleared_thinking_turns":%d`, e.ClearedThinkingTurns)
+			field("cleared_thinking_turns", e.ClearedThinkingTurns)
 		}
 	}
-	b = fmt.Appendf(b, `,"cleared_input_tokens":%d}`, e.ClearedInputTokens)
-	return b, nil
+	field("cleared_input_tokens", e.ClearedInputTokens)
+	return append(b, '}')
 }
 
 // UnmarshalJSON reads one applied_edits entry as ParseMessage does.
@@ -146,38 +155,73 @@ func (e *AppliedEdit) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-func marshalEdits(edits []AppliedEdit) []json.RawMessage {
-	out := make([]json.RawMessage, 0, len(edits))
-	for _, e := range edits {
-		b, _ := e.MarshalJSON()
-		out = append(out, b)
+// appendEdits appends edits as a JSON array.
+func appendEdits(b []byte, edits []AppliedEdit) []byte {
+	b = append(b, '[')
+	for i, e := range edits {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = e.appendJSON(b)
 	}
-	return out
+	return append(b, ']')
 }
 
 // MarshalCall renders c as one ledger JSON line (without the newline).
-func MarshalCall(c *Call) ([]byte, error) {
-	r := record{
-		V:            LedgerVersion,
-		Time:         c.Time.UTC().Format(time.RFC3339Nano),
-		Tenant:       c.Tenant,
-		Model:        c.Model,
-		RequestID:    c.RequestID,
-		MessageID:    c.MessageID,
-		Stream:       c.Stream,
-		Status:       c.Status,
-		Usage:        c.Usage,
-		AppliedEdits: marshalEdits(c.Edits),
-		Cleared:      c.ClearedInputTokens(),
-		CostUSD:      c.Cost,
-		SavingsUSD:   c.Savings,
-		PriceUnknown: c.PriceUnknown,
+func MarshalCall(c *Call) ([]byte, error) { return AppendCall(nil, c), nil }
+
+// AppendCall appends c's ledger JSON line (without the newline). It is
+// written by hand, not by reflection, since every upstream call makes one;
+// UnmarshalCall reads it back through the record type.
+func AppendCall(b []byte, c *Call) []byte {
+	str := func(name, v string) {
+		b = append(b, `,"`...)
+		b = append(b, name...)
+		b = append(b, `":`...)
+		b = jsonstr.Append(b, v)
 	}
-	b, err := json.Marshal(&r)
-	if err != nil {
-		return nil, fmt.Errorf("marshal ledger record: %w", err)
+	num := func(name string, v int64) {
+		b = append(b, `,"`...)
+		b = append(b, name...)
+		b = append(b, `":`...)
+		b = strconv.AppendInt(b, v, 10)
 	}
-	return b, nil
+	flag := func(name string, v bool) {
+		b = append(b, `,"`...)
+		b = append(b, name...)
+		b = append(b, `":`...)
+		b = strconv.AppendBool(b, v)
+	}
+	b = append(b, `{"v":`...)
+	b = strconv.AppendInt(b, LedgerVersion, 10)
+	b = append(b, `,"time":"`...)
+	b = c.Time.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, '"')
+	str("tenant", c.Tenant)
+	str("model", c.Model)
+	str("request_id", c.RequestID)
+	if c.MessageID != "" {
+		str("message_id", c.MessageID)
+	}
+	flag("stream", c.Stream)
+	num("status", int64(c.Status))
+	b = append(b, `,"usage":{"input_tokens":`...)
+	b = strconv.AppendInt(b, c.Usage.InputTokens, 10)
+	num("output_tokens", c.Usage.OutputTokens)
+	num("cache_creation_input_tokens", c.Usage.CacheCreationInputTokens)
+	num("cache_read_input_tokens", c.Usage.CacheReadInputTokens)
+	if c.Usage.CacheCreation1hInputTokens != 0 {
+		num("cache_creation_1h_input_tokens", c.Usage.CacheCreation1hInputTokens)
+	}
+	b = append(b, `},"applied_edits":`...)
+	b = appendEdits(b, c.Edits)
+	num("cleared_input_tokens", c.ClearedInputTokens())
+	b = append(b, `,"cost_usd":`...)
+	b = c.Cost.appendDecimal(b, -1)
+	b = append(b, `,"savings_usd":`...)
+	b = c.Savings.appendDecimal(b, -1)
+	flag("price_unknown", c.PriceUnknown)
+	return append(b, '}')
 }
 
 // UnmarshalCall reads one ledger JSON line.

@@ -69,10 +69,6 @@ func (l *FileLedger) Append(ctx context.Context, c Call) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("ledger append: %w", err)
 	}
-	line, err := MarshalCall(&c)
-	if err != nil {
-		return err
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -82,7 +78,7 @@ func (l *FileLedger) Append(ctx context.Context, c Call) error {
 	if l.needNL {
 		l.buf = append(l.buf, '\n')
 	}
-	l.buf = append(l.buf, line...)
+	l.buf = AppendCall(l.buf, &c)
 	l.buf = append(l.buf, '\n')
 	n, err := l.f.Write(l.buf)
 	if err != nil {

@@ -103,12 +103,9 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 
 // Append inserts c.
 func (l *PGLedger) Append(ctx context.Context, c Call) error {
-	edits, err := json.Marshal(marshalEdits(c.Edits))
-	if err != nil {
-		return fmt.Errorf("ledger append: %w", err)
-	}
+	edits := appendEdits(nil, c.Edits)
 	u := c.Usage
-	_, err = l.pool.Exec(ctx, `INSERT INTO ctxproxy_ledger (time, tenant, model, request_id, message_id, stream, status,
+	_, err := l.pool.Exec(ctx, `INSERT INTO ctxproxy_ledger (time, tenant, model, request_id, message_id, stream, status,
 		input_tokens, output_tokens, cache_creation_input_tokens, cache_creation_1h_input_tokens, cache_read_input_tokens,
 		applied_edits, cleared_input_tokens, cost_nano_usd, savings_nano_usd, price_unknown)
 		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17)`,

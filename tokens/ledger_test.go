@@ -1,7 +1,9 @@
 package tokens
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -434,5 +436,42 @@ func TestRecorderLiteralAndSetPrices(t *testing.T) {
 	nothing.Record(ctx, Call{})
 	if err := nothing.Close(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The hand-written line is what encoding/json makes of the record type that
+// UnmarshalCall reads, for every kind of call.
+func TestAppendCallMatchesTheRecordType(t *testing.T) {
+	for i, c := range append(sampleCalls(), Call{Time: t0, Tenant: "q\"uote", Model: "m\u2028", RequestID: "<&>"}) {
+		var edits []json.RawMessage
+		for _, e := range c.Edits {
+			b, _ := e.MarshalJSON()
+			edits = append(edits, b)
+		}
+		if edits == nil {
+			edits = []json.RawMessage{}
+		}
+		r := record{V: LedgerVersion, Time: c.Time.UTC().Format(time.RFC3339Nano), Tenant: c.Tenant, Model: c.Model,
+			RequestID: c.RequestID, MessageID: c.MessageID, Stream: c.Stream, Status: c.Status, Usage: c.Usage,
+			AppliedEdits: edits, Cleared: c.ClearedInputTokens(), CostUSD: c.Cost, SavingsUSD: c.Savings, PriceUnknown: c.PriceUnknown}
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(&r); err != nil {
+			t.Fatal(err)
+		}
+		got := AppendCall(nil, &c)
+		if string(got) != strings.TrimSuffix(want.String(), "\n") {
+			t.Errorf("call %d:\n got %s\nwant %s", i, got, want.String())
+		}
+	}
+}
+
+func BenchmarkAppendCall(b *testing.B) {
+	c := sampleCalls()[0]
+	buf := make([]byte, 0, 1024)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = AppendCall(buf[:0], &c)
 	}
 }
