@@ -42,6 +42,7 @@ type RewriteInfo struct {
 	BetaAdded      bool     // context-management beta merged into anthropic-beta (was missing)
 	Thinking       bool     // the request turns extended thinking on (enabled or adaptive)
 	ThreadContinue bool     // thread.type == "continue" (spec §9)
+	Threaded       bool     // thread.type is "create" or "continue": the API holds the conversation
 	Model          string   // the top-level model, when a string
 	Stream         bool     // the top-level stream is true
 }
@@ -156,7 +157,9 @@ members:
 		info.Thinking = t == "enabled" || t == "adaptive"
 	}
 	if thread.found && thread.val.IsObject() {
-		info.ThreadContinue = thread.val.Get("type").Str == "continue"
+		t := thread.val.Get("type").Str
+		info.ThreadContinue = t == "continue"
+		info.Threaded = t == "create" || t == "continue"
 	}
 	if p == nil {
 		info.Edits = editTypes(cm)

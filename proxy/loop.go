@@ -82,12 +82,6 @@ func (x *exchange) runMemory(ctx context.Context, calls []memCall) []byte {
 	return append(out, ']')
 }
 
-// threaded reports whether the request uses server-held thread state.
-func threaded(body []byte) bool {
-	t := gjson.GetBytes(body, "thread.type").String()
-	return t == "create" || t == "continue"
-}
-
 // nextBody is the request that continues the loop after reply replyID.
 // A full-history request gets the assistant turn and the results appended; a
 // thread is continued from replyID with only the results (spec §9).

@@ -198,7 +198,7 @@ func (x *exchange) serveStream() {
 			results := x.runMemory(ctx, rd.calls)
 			if rd.others == 0 && i < x.maxIterations() {
 				var asst []byte
-				if !threaded(body) {
+				if !x.info.Threaded {
 					asst = rd.assistantTurn()
 				}
 				if body, err = nextBody(body, rd.id, asst, results); err != nil {

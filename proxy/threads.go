@@ -34,7 +34,7 @@ func (x *exchange) continuations() memoryhook.Continuations {
 // saveContinuation records, for the reply id the client saw, the id the
 // thread really continues from and the tool_results it still owes.
 func (x *exchange) saveContinuation(ctx context.Context, clientID, lastID string, results []byte) {
-	if !threaded(x.body) || clientID == "" || (clientID == lastID && results == nil) {
+	if !x.info.Threaded || clientID == "" || (clientID == lastID && results == nil) {
 		return
 	}
 	c := x.continuations()
