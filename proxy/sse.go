@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -17,91 +16,125 @@ type sseEvent struct {
 	Data []byte
 }
 
-// sseReader splits an SSE stream into events. It reuses one buffer, so an
+// sseReader splits an SSE stream into events. Its one buffer both takes the
+// reads and holds the events, which alias it: no line is copied, and an
 // event is only valid until the next call to Next.
 type sseReader struct {
-	br   *bufio.Reader
-	buf  []byte
-	data []byte // joined data lines when an event has several
-	max  int
+	r          io.Reader
+	buf        []byte // buf[start:end] is read and not yet returned
+	start, end int
+	data       []byte // joined data lines when an event has several
+	max        int
 }
 
 // maxSSEEvent bounds one event; the largest real ones are tool inputs of a
 // few hundred KB split into many deltas, so this is generous.
 const maxSSEEvent = 16 << 20
 
+// sseReadSize is the first buffer: a few events at a time, and little
+// memory per open stream (it grows for a larger event).
+const sseReadSize = 2 << 10
+
 func newSSEReader(r io.Reader) *sseReader {
-	return &sseReader{br: bufio.NewReaderSize(r, 4<<10), max: maxSSEEvent}
+	return &sseReader{r: r, buf: make([]byte, sseReadSize), max: maxSSEEvent}
 }
 
 var errSSETooLarge = errors.New("sse event too large")
 
+// fill reads more bytes, first moving the pending ones to the front or
+// growing the buffer when there is no room.
+func (s *sseReader) fill() error {
+	if s.end == len(s.buf) {
+		if s.start > 0 {
+			s.end = copy(s.buf, s.buf[s.start:s.end])
+			s.start = 0
+		} else {
+			nb := make([]byte, 2*len(s.buf))
+			s.end = copy(nb, s.buf[s.start:s.end])
+			s.buf = nb
+		}
+	}
+	n, err := s.r.Read(s.buf[s.end:])
+	s.end += n
+	if n > 0 {
+		return nil
+	}
+	if err == nil {
+		err = io.ErrNoProgress
+	}
+	return err
+}
+
 // Next returns the next event, or io.EOF at a clean end of stream. A stream
 // that ends inside an event returns io.ErrUnexpectedEOF.
 func (s *sseReader) Next() (sseEvent, error) {
-	s.buf = s.buf[:0]
-	var ev sseEvent
-	nameOff, nameLen, dataOff, dataLen, dataLines := -1, 0, 0, 0, 0
+	pos := s.start // where the next line starts, relative to buf
 	for {
-		lineStart := len(s.buf)
-		for {
-			chunk, err := s.br.ReadSlice('\n')
-			s.buf = append(s.buf, chunk...)
-			if len(s.buf) > s.max {
-				return ev, errSSETooLarge
+		nl := bytes.IndexByte(s.buf[pos:s.end], '\n')
+		if nl < 0 {
+			if s.end-s.start > s.max {
+				return sseEvent{}, errSSETooLarge
 			}
-			if err == bufio.ErrBufferFull {
-				continue
-			}
-			if err == io.EOF {
-				if len(s.buf) == 0 {
-					return ev, io.EOF
+			off := pos - s.start
+			if err := s.fill(); err != nil {
+				if err == io.EOF {
+					if s.start == s.end {
+						return sseEvent{}, io.EOF
+					}
+					return sseEvent{}, io.ErrUnexpectedEOF
 				}
-				return ev, io.ErrUnexpectedEOF
+				return sseEvent{}, err
 			}
-			if err != nil {
-				return ev, err
-			}
-			break
+			pos = s.start + off
+			continue
 		}
-		l := trimEOL(s.buf[lineStart:])
-		if len(l) == 0 {
-			if lineStart == 0 {
-				s.buf = s.buf[:0] // stray blank line between events
-				continue
-			}
-			break
+		lineEnd := pos + nl + 1
+		if len(trimEOL(s.buf[pos:lineEnd])) > 0 {
+			pos = lineEnd
+			continue
 		}
+		if pos == s.start { // stray blank line between events
+			s.start = lineEnd
+			pos = lineEnd
+			continue
+		}
+		raw := s.buf[s.start:lineEnd]
+		s.start = lineEnd
+		if len(raw) > s.max {
+			return sseEvent{}, errSSETooLarge
+		}
+		return s.parse(raw), nil
+	}
+}
+
+// parse picks the event's name and data out of its lines.
+func (s *sseReader) parse(raw []byte) sseEvent {
+	ev := sseEvent{Raw: raw}
+	dataLines := 0
+	for rest := raw; len(rest) > 0; {
+		nl := bytes.IndexByte(rest, '\n')
+		l := trimEOL(rest[:nl+1])
+		rest = rest[nl+1:]
 		switch {
 		case bytes.HasPrefix(l, []byte("event:")):
-			v := trimSpace1(l[len("event:"):])
-			nameOff, nameLen = lineStart+len(l)-len(v), len(v)
+			ev.Name = trimSpace1(l[len("event:"):])
 		case bytes.HasPrefix(l, []byte("data:")):
 			v := trimSpace1(l[len("data:"):])
 			dataLines++
-			if dataLines == 1 {
-				dataOff, dataLen = lineStart+len(l)-len(v), len(v)
-				break
+			switch dataLines {
+			case 1:
+				ev.Data = v
+			case 2:
+				// Several data lines join with \n (the SSE rule); rare here.
+				s.data = append(append(append(s.data[:0], ev.Data...), '\n'), v...)
+				ev.Data = s.data
+			default:
+				s.data = append(append(s.data, '\n'), v...)
+				ev.Data = s.data
 			}
-			// Several data lines join with \n (the SSE rule); rare here.
-			if dataLines == 2 {
-				s.data = append(s.data[:0], s.buf[dataOff:dataOff+dataLen]...)
-			}
-			s.data = append(s.data, '\n')
-			s.data = append(s.data, v...)
 		}
 	}
-	ev.Raw = s.buf
-	if nameOff >= 0 {
-		ev.Name = s.buf[nameOff : nameOff+nameLen]
-	}
-	switch {
-	case dataLines == 1:
-		ev.Data = s.buf[dataOff : dataOff+dataLen]
-	case dataLines > 1:
-		ev.Data = s.data
-	}
-	return ev, nil
+	return ev
 }
 
 func trimEOL(b []byte) []byte {
