@@ -328,7 +328,10 @@ func (a *API) readBody(req *http.Request) ([]byte, int, *APIError) {
 		return nil, 413, &APIError{Type: "request_too_large", Message: "Request exceeds the maximum allowed number of bytes."}
 	}
 	if req.ContentLength > 0 {
-		buf.Grow(int(req.ContentLength))
+		// ReadFrom wants MinRead bytes free before each read, the one that
+		// finds EOF too: without them a body of exactly ContentLength bytes
+		// would be copied into a buffer of twice its size.
+		buf.Grow(int(req.ContentLength) + bytes.MinRead)
 	}
 	n, err := buf.ReadFrom(io.LimitReader(req.Body, limit+1))
 	if err != nil {
