@@ -3,8 +3,7 @@ package fakeapi
 import (
 	"encoding/json"
 	"slices"
-
-	"github.com/tidwall/gjson"
+	"strings"
 )
 
 // ClearedPlaceholder stands, in the fake's accounting, for a tool result
@@ -12,7 +11,10 @@ import (
 // A tool_result whose content is this string counts as already cleared.
 const ClearedPlaceholder = "[tool result cleared by context management]"
 
-var placeholderLen = len(mustJSON(ClearedPlaceholder))
+var (
+	placeholderJSON = string(mustJSON(ClearedPlaceholder)) // as a JSON string
+	placeholderLen  = len(placeholderJSON)
+)
 
 // Tokens is the fake's token estimate for n bytes of JSON: ceil(n/4).
 func Tokens(n int) int64 { return int64(n+3) / 4 }
@@ -40,13 +42,13 @@ func applyEdits(p *parsed) editResult {
 	for _, ed := range p.edits {
 		switch ed.typ {
 		case editClearThinking:
-			turns, bytes := clearThinking(p.messages, ed.keep)
+			turns, bytes := clearThinking(p.turns, ed.keep)
 			if turns > 0 {
 				freed += bytes
 				res.applied = append(res.applied, AppliedEdit(ed.typ, int64(turns), Tokens(bytes)))
 			}
 		case editClearToolUses:
-			uses, bytes := clearToolUses(p.messages, ed, Tokens(total-freed))
+			uses, bytes := clearToolUses(p.turns, ed, Tokens(total-freed))
 			if uses > 0 {
 				freed += bytes
 				res.applied = append(res.applied, AppliedEdit(ed.typ, int64(uses), Tokens(bytes)))
@@ -59,32 +61,31 @@ func applyEdits(p *parsed) editResult {
 
 // clearThinking drops thinking blocks of all but the last keep assistant
 // turns (keep < 0: all kept). It returns the turns cleared and bytes freed.
-func clearThinking(msgs []json.RawMessage, keep int64) (int, int) {
+func clearThinking(turns []turnFacts, keep int64) (int, int) {
 	if keep < 0 {
 		return 0, 0
 	}
 	var assistants []int
-	for i, m := range msgs {
-		if gjson.GetBytes(m, "role").Str == "assistant" {
+	for i, t := range turns {
+		if t.role == "assistant" {
 			assistants = append(assistants, i)
 		}
 	}
 	clearable := len(assistants) - int(keep)
-	turns, bytes := 0, 0
+	cleared, bytes := 0, 0
 	for _, i := range assistants[:max(clearable, 0)] {
 		n := 0
-		gjson.GetBytes(msgs[i], "content").ForEach(func(_, b gjson.Result) bool {
-			if t := b.Get("type").Str; t == "thinking" || t == "redacted_thinking" {
-				n += len(b.Raw)
+		for _, b := range turns[i].blocks {
+			if b.typ == "thinking" || b.typ == "redacted_thinking" {
+				n += b.size
 			}
-			return true
-		})
+		}
 		if n > 0 {
-			turns++
+			cleared++
 			bytes += n
 		}
 	}
-	return turns, bytes
+	return cleared, bytes
 }
 
 type toolUse struct {
@@ -95,36 +96,53 @@ type toolUse struct {
 	inputEmpty bool
 }
 
+// isPlaceholder reports whether the raw value v is the string
+// ClearedPlaceholder, without unescaping long tool results: an escaped
+// spelling takes at most 6 bytes ("\u005b") per byte it stands for.
+func isPlaceholder(v string) bool {
+	if v == placeholderJSON {
+		return true
+	}
+	if !isString(v) || len(v)-2 > 6*len(ClearedPlaceholder) || strings.IndexByte(v, '\\') < 0 {
+		return false
+	}
+	return str(v) == ClearedPlaceholder
+}
+
+// resultFor is the raw content of the tool_result answering id in blocks
+// (the last one, should there be several); "" when none does. Turns hold a
+// handful of blocks, so a scan beats building a map.
+func resultFor(blocks []blockFacts, id string) string {
+	content := ""
+	for _, b := range blocks {
+		if b.typ == "tool_result" && str(b.toolUseID) == id {
+			content = b.content
+		}
+	}
+	return content
+}
+
 // clearToolUses applies one clear_tool_uses edit given the prompt's current
 // token estimate; it returns the uses cleared and bytes freed.
-func clearToolUses(msgs []json.RawMessage, ed edit, current int64) (int, int) {
+func clearToolUses(turns []turnFacts, ed edit, current int64) (int, int) {
 	var uses []toolUse
-	for i, m := range msgs {
-		if gjson.GetBytes(m, "role").Str != "assistant" || i+1 >= len(msgs) {
+	for i, t := range turns {
+		if t.role != "assistant" || i+1 >= len(turns) {
 			continue
 		}
-		results := map[string]gjson.Result{}
-		gjson.GetBytes(msgs[i+1], "content").ForEach(func(_, b gjson.Result) bool {
-			if b.Get("type").Str == "tool_result" {
-				results[b.Get("tool_use_id").Str] = b.Get("content")
+		for _, b := range t.blocks {
+			if b.typ != "tool_use" {
+				continue
 			}
-			return true
-		})
-		gjson.GetBytes(m, "content").ForEach(func(_, b gjson.Result) bool {
-			if b.Get("type").Str != "tool_use" {
-				return true
-			}
-			in := b.Get("input")
-			r := results[b.Get("id").Str]
+			r := resultFor(turns[i+1].blocks, str(b.id))
 			uses = append(uses, toolUse{
-				name:       b.Get("name").Str,
-				inputLen:   len(in.Raw),
-				inputEmpty: in.Raw == "{}",
-				resultLen:  len(r.Raw),
-				cleared:    r.Type == gjson.String && r.Str == ClearedPlaceholder,
+				name:       str(b.name),
+				inputLen:   len(b.input),
+				inputEmpty: b.input == "{}",
+				resultLen:  len(r),
+				cleared:    isPlaceholder(r),
 			})
-			return true
-		})
+		}
 	}
 	switch ed.triggerType {
 	case "tool_uses":

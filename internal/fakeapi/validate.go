@@ -67,6 +67,7 @@ type parsed struct {
 	system    json.RawMessage
 	tools     json.RawMessage
 	messages  []json.RawMessage
+	turns     []turnFacts // messages as checkConversation read them
 	assistant int
 	thread    string
 	prevID    string
@@ -102,20 +103,87 @@ func (a *API) checkHeaders(h http.Header, betas []string, opts *Options) *reqErr
 	return nil
 }
 
-// rawOf returns r's bytes inside body without copying when possible.
-func rawOf(body []byte, r gjson.Result) json.RawMessage {
-	if r.Index > 0 && r.Index+len(r.Raw) <= len(body) && string(body[r.Index:r.Index+len(r.Raw)]) == r.Raw {
-		return body[r.Index : r.Index+len(r.Raw) : r.Index+len(r.Raw)]
-	}
-	return json.RawMessage(r.Raw)
-}
-
 func isInt(r gjson.Result) (int64, bool) {
 	if r.Type != gjson.Number {
 		return 0, false
 	}
 	n, err := strconv.ParseInt(r.Raw, 10, 64)
 	return n, err == nil
+}
+
+// topLevel is the request's top-level members the checks read: raw values,
+// the first of each name winning as in gjson's Map and Get; "" when missing.
+type topLevel struct {
+	model, maxTokens, stream, thinking, system, tools, cm, messages, thread string
+
+	systemRaw, toolsRaw json.RawMessage   // system and tools as slices of the body
+	msgs                []json.RawMessage // the elements of messages when it is an array
+}
+
+// readTopLevel reads the members of the object at s[i] in one walk, taking
+// the elements of messages on the way (body is s; elements alias it).
+func readTopLevel(body []byte, s string, i int) topLevel {
+	var f topLevel
+	eachMember(s, i, func(key string, v int) int {
+		var field *string
+		switch key {
+		case "model":
+			field = &f.model
+		case "max_tokens":
+			field = &f.maxTokens
+		case "stream":
+			field = &f.stream
+		case "thinking":
+			field = &f.thinking
+		case "system":
+			field = &f.system
+		case "tools":
+			field = &f.tools
+		case "context_management":
+			field = &f.cm
+		case "thread":
+			field = &f.thread
+		case "messages":
+			if f.messages != "" {
+				return skipValue(s, v)
+			}
+			end := 0
+			if v < len(s) && s[v] == '[' {
+				end = eachElement(s, v, func(e int) int {
+					end := skipValue(s, e)
+					f.msgs = append(f.msgs, body[e:end:end])
+					return end
+				})
+			} else {
+				end = skipValue(s, v)
+			}
+			f.messages = s[v:end]
+			return end
+		default:
+			return skipValue(s, v)
+		}
+		end := skipValue(s, v)
+		if *field != "" {
+			return end
+		}
+		*field = s[v:end]
+		switch key {
+		case "system":
+			f.systemRaw = body[v:end:end]
+		case "tools":
+			f.toolsRaw = body[v:end:end]
+		}
+		return end
+	})
+	return f
+}
+
+// result is gjson's Result for the raw value v ("": missing).
+func result(v string) gjson.Result {
+	if v == "" {
+		return gjson.Result{}
+	}
+	return gjson.Parse(v)
 }
 
 // parseRequest validates a /v1/messages (or count_tokens) body. Thread state
@@ -128,24 +196,26 @@ func (a *API) parseRequest(body []byte, h http.Header, countTokens bool, opts *O
 	if !gjson.ValidBytes(body) {
 		return p, badRequest("The request body is not valid JSON: %s", jsonErr(body))
 	}
-	root := gjson.ParseBytes(body)
-	if !root.IsObject() {
+	// Read in place: values alias the body, which is never written after it
+	// is read (the recorded Request keeps it as it came).
+	s := view(body)
+	start := skipSpace(s, 0)
+	if start >= len(s) || s[start] != '{' {
 		return p, badRequest("The request body must be a JSON object")
 	}
-	f := root.Map()
-	model, ok := f["model"]
-	if !ok {
+	f := readTopLevel(body, s, start)
+	if f.model == "" {
 		return p, badRequest("model: Field required")
 	}
-	if model.Type != gjson.String || model.Str == "" {
+	p.model = str(f.model)
+	if !isString(f.model) || p.model == "" {
 		return p, badRequest("model: Input should be a valid string")
 	}
-	p.model = model.Str
-	if mt, ok := f["max_tokens"]; ok || !countTokens {
-		if !ok {
+	if f.maxTokens != "" || !countTokens {
+		if f.maxTokens == "" {
 			return p, badRequest("max_tokens: Field required")
 		}
-		n, isint := isInt(mt)
+		n, isint := isInt(result(f.maxTokens))
 		if !isint {
 			return p, badRequest("max_tokens: Input should be a valid integer")
 		}
@@ -154,61 +224,56 @@ func (a *API) parseRequest(body []byte, h http.Header, countTokens bool, opts *O
 		}
 		p.maxTokens = n
 	}
-	if st, ok := f["stream"]; ok && !countTokens {
-		if st.Type != gjson.True && st.Type != gjson.False {
+	if f.stream != "" && !countTokens {
+		if f.stream != "true" && f.stream != "false" {
 			return p, badRequest("stream: Input should be a valid boolean")
 		}
-		p.stream = st.Type == gjson.True
+		p.stream = f.stream == "true"
 	}
-	if e := p.checkThinking(f["thinking"]); e != nil {
+	if e := p.checkThinking(result(f.thinking)); e != nil {
 		return p, e
 	}
-	if s, ok := f["system"]; ok && s.Type != gjson.Null {
-		if s.Type != gjson.String && !s.IsArray() {
+	if f.system != "" && f.system != "null" {
+		if !isString(f.system) && !isArray(f.system) {
 			return p, badRequest("system: Input should be a valid string or list of text blocks")
 		}
-		p.system = rawOf(body, s)
+		p.system = f.systemRaw
 	}
-	if t, ok := f["tools"]; ok && t.Type != gjson.Null {
-		if e := checkTools(t); e != nil {
+	if f.tools != "" && f.tools != "null" {
+		if e := checkTools(result(f.tools)); e != nil {
 			return p, e
 		}
-		p.tools = rawOf(body, t)
+		p.tools = f.toolsRaw
 	}
-	if cm, ok := f["context_management"]; ok && cm.Type != gjson.Null {
+	if f.cm != "" && f.cm != "null" {
 		if !slices.Contains(p.betas, BetaContextManagement) {
 			return p, badRequest("context_management: requires the anthropic-beta header %q", BetaContextManagement)
 		}
 		p.hasCM = true
-		if e := p.checkContextManagement(cm); e != nil {
+		if e := p.checkContextManagement(result(f.cm)); e != nil {
 			return p, e
 		}
 	}
-	msgs, ok := f["messages"]
-	if !ok {
+	if f.messages == "" {
 		return p, badRequest("messages: Field required")
 	}
-	if !msgs.IsArray() {
+	if !isArray(f.messages) {
 		return p, badRequest("messages: Input should be a valid list")
 	}
-	var newMsgs []json.RawMessage
-	msgs.ForEach(func(_, v gjson.Result) bool {
-		newMsgs = append(newMsgs, rawOf(body, v))
-		return true
-	})
+	newMsgs := f.msgs
 	if len(newMsgs) == 0 {
 		return p, badRequest("messages: at least one message is required")
 	}
-	if th, ok := f["thread"]; ok && th.Type != gjson.Null {
-		if e := a.resolveThread(p, th); e != nil {
+	if f.thread != "" && f.thread != "null" {
+		if e := a.resolveThread(p, result(f.thread)); e != nil {
 			return p, e
 		}
 	}
 	if p.prev != nil {
-		if _, ok := f["tools"]; !ok {
+		if f.tools == "" {
 			p.tools = p.prev.tools
 		}
-		if _, ok := f["system"]; !ok {
+		if f.system == "" {
 			p.system = p.prev.system
 		}
 		all := make([]json.RawMessage, 0, len(p.prev.messages)+len(newMsgs))
@@ -216,7 +281,7 @@ func (a *API) parseRequest(body []byte, h http.Header, countTokens bool, opts *O
 	} else {
 		p.messages = newMsgs
 	}
-	n, e := checkConversation(p.messages)
+	n, e := p.checkConversation()
 	p.assistant = n
 	return p, e
 }
@@ -533,17 +598,23 @@ func defaultThinkingKeep(model string) int64 {
 }
 
 // checkConversation applies the conversation rules to the full message list
-// and returns the number of assistant turns.
-func checkConversation(msgs []json.RawMessage) (int, *reqError) {
+// and returns the number of assistant turns. It reads every message once
+// (scanTurn) and keeps what it read in p.turns for the edits.
+func (p *parsed) checkConversation() (int, *reqError) {
+	msgs := p.messages
+	p.turns = make([]turnFacts, 0, len(msgs))
+	var buf []blockFacts
 	assistant := 0
 	var pending []string // tool_use ids of the previous assistant turn
 	prevRole := ""
 	for i, raw := range msgs {
-		m := gjson.ParseBytes(raw)
-		if !m.IsObject() {
+		var m turnFacts
+		m, buf = scanTurn(view(raw), buf)
+		p.turns = append(p.turns, m)
+		if !m.object {
 			return assistant, badRequest("messages.%d: Input should be an object", i)
 		}
-		role := m.Get("role").Str
+		role := m.role
 		if role != "user" && role != "assistant" && role != "system" {
 			return assistant, badRequest("messages.%d.role: Input should be 'user', 'assistant' or 'system'", i)
 		}
@@ -561,19 +632,18 @@ func checkConversation(msgs []json.RawMessage) (int, *reqError) {
 		}
 		prevRole = role
 		last := i == len(msgs)-1
-		content := m.Get("content")
-		var blocks []gjson.Result
+		content := m.content
+		blocks := m.blocks
 		switch {
-		case content.Type == gjson.String:
-			if content.Str == "" && !(last && role == "assistant") {
+		case isString(content):
+			if content == `""` && !(last && role == "assistant") {
 				return assistant, badRequest("messages.%d: all messages must have non-empty content except for the optional final assistant message", i)
 			}
-		case content.IsArray():
-			blocks = content.Array()
+		case isArray(content):
 			if len(blocks) == 0 && !(last && role == "assistant") {
 				return assistant, badRequest("messages.%d: all messages must have non-empty content except for the optional final assistant message", i)
 			}
-		case !content.Exists():
+		case content == "":
 			return assistant, badRequest("messages.%d.content: Field required", i)
 		default:
 			return assistant, badRequest("messages.%d.content: Input should be a valid string or list of content blocks", i)
@@ -581,31 +651,31 @@ func checkConversation(msgs []json.RawMessage) (int, *reqError) {
 		if role == "assistant" {
 			assistant++
 			for j, b := range blocks {
-				if !b.IsObject() {
+				if !b.object {
 					return assistant, badRequest("messages.%d.content.%d: Input should be an object", i, j)
 				}
-				switch b.Get("type").Str {
+				switch b.typ {
 				case "tool_use":
-					id := b.Get("id")
-					if id.Type != gjson.String || id.Str == "" {
+					id := str(b.id)
+					if !isString(b.id) || id == "" {
 						return assistant, badRequest("messages.%d.content.%d.tool_use.id: Field required", i, j)
 					}
-					if b.Get("name").Type != gjson.String {
+					if !isString(b.name) {
 						return assistant, badRequest("messages.%d.content.%d.tool_use.name: Field required", i, j)
 					}
-					if !b.Get("input").IsObject() {
+					if !isObject(b.input) {
 						return assistant, badRequest("messages.%d.content.%d.tool_use.input: Input should be a valid dictionary", i, j)
 					}
-					pending = append(pending, id.Str)
+					pending = append(pending, id)
 				case "thinking":
-					if b.Get("signature").Type != gjson.String {
+					if !isString(b.signature) {
 						return assistant, badRequest("messages.%d.content.%d.thinking.signature: Field required", i, j)
 					}
-					if b.Get("thinking").Type != gjson.String {
+					if !isString(b.thinking) {
 						return assistant, badRequest("messages.%d.content.%d.thinking.thinking: Field required", i, j)
 					}
 				case "redacted_thinking":
-					if b.Get("data").Type != gjson.String {
+					if !isString(b.data) {
 						return assistant, badRequest("messages.%d.content.%d.redacted_thinking.data: Field required", i, j)
 					}
 				case "":
@@ -621,12 +691,12 @@ func checkConversation(msgs []json.RawMessage) (int, *reqError) {
 		answered := 0
 		seenOther := false
 		for j, b := range blocks {
-			if !b.IsObject() {
+			if !b.object {
 				return assistant, badRequest("messages.%d.content.%d: Input should be an object", i, j)
 			}
-			switch b.Get("type").Str {
+			switch b.typ {
 			case "tool_result":
-				id := b.Get("tool_use_id").Str
+				id := str(b.toolUseID)
 				k := slices.Index(pending, id)
 				if k < 0 || id == "" {
 					return assistant, badRequest("messages.%d.content.%d: unexpected `tool_use_id` found in `tool_result` blocks: %s. Each `tool_result` block must have a corresponding `tool_use` block in the previous message.", i, j, id)
@@ -662,27 +732,25 @@ func checkConversation(msgs []json.RawMessage) (int, *reqError) {
 // its experimental betas, so the API takes it. It does not count in the
 // user/assistant alternation, and it cannot sit between a tool_use and its
 // tool_result.
-func checkSystemMessage(m gjson.Result, i int, pending []string) *reqError {
+func checkSystemMessage(m turnFacts, i int, pending []string) *reqError {
 	if len(pending) > 0 {
 		return badRequest("messages.%d: `tool_use` ids were found without `tool_result` blocks immediately after: %s. Each `tool_use` block must have a corresponding `tool_result` block in the next message.", i-1, strings.Join(pending, ", "))
 	}
-	content := m.Get("content")
-	switch {
-	case content.Type == gjson.String:
-		if content.Str == "" {
+	switch content := m.content; {
+	case isString(content):
+		if content == `""` {
 			return badRequest("messages.%d: all messages must have non-empty content except for the optional final assistant message", i)
 		}
-	case content.IsArray():
-		blocks := content.Array()
-		if len(blocks) == 0 {
+	case isArray(content):
+		if len(m.blocks) == 0 {
 			return badRequest("messages.%d: all messages must have non-empty content except for the optional final assistant message", i)
 		}
-		for j, b := range blocks {
-			if b.Get("type").Str != "text" || b.Get("text").Type != gjson.String {
+		for j, b := range m.blocks {
+			if b.typ != "text" || !isString(b.text) {
 				return badRequest("messages.%d.content.%d: a system message holds only text blocks", i, j)
 			}
 		}
-	case !content.Exists():
+	case content == "":
 		return badRequest("messages.%d.content: Field required", i)
 	default:
 		return badRequest("messages.%d.content: Input should be a valid string or list of content blocks", i)
