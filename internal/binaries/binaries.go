@@ -40,17 +40,22 @@ func Build(ctx context.Context, out, pkg string, race bool) error {
 // Process is a started binary that logs JSON lines to stderr.
 type Process struct {
 	Addr string // the addr field of its ready line
+	// Addrs holds the addr field of each line before the ready line that
+	// has one, by msg (say, a second listener's).
+	Addrs map[string]string
 
 	cmd     *exec.Cmd
 	mu      sync.Mutex
 	log     strings.Builder
+	dropLog bool          // Log no longer keeps lines
 	drained chan struct{} // its stderr is read to the end
 	done    chan struct{} // it has exited
 	err     error         // its exit error, once done
 }
 
 // Start runs cmd and waits (up to 30s, or until ctx ends) for the JSON log
-// line whose msg is readyMsg, and takes its addr. Stderr is kept (see Log)
+// line whose msg is readyMsg, and takes its addr, and those of the lines
+// before it (Addrs). Stderr is kept (see Log)
 // and copied to echo if that is not nil; stdout, unless cmd sets it, joins
 // stderr. If the line does not come, the process is stopped and the error
 // holds its log.
@@ -65,7 +70,7 @@ func Start(ctx context.Context, cmd *exec.Cmd, readyMsg string, echo io.Writer) 
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
-	p := &Process{cmd: cmd, drained: make(chan struct{}), done: make(chan struct{})}
+	p := &Process{Addrs: map[string]string{}, cmd: cmd, drained: make(chan struct{}), done: make(chan struct{})}
 	name := filepath.Base(cmd.Path)
 	addrc := make(chan string, 1)
 	go func() {
@@ -75,15 +80,21 @@ func Start(ctx context.Context, cmd *exec.Cmd, readyMsg string, echo io.Writer) 
 		found := false
 		for sc.Scan() {
 			p.mu.Lock()
-			p.log.WriteString(sc.Text() + "\n")
+			if !p.dropLog {
+				p.log.WriteString(sc.Text() + "\n")
+			}
 			p.mu.Unlock()
 			if echo != nil {
 				fmt.Fprintln(echo, name+":", sc.Text())
 			}
 			var l struct{ Msg, Addr string }
-			if !found && json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == readyMsg && l.Addr != "" {
-				found = true
-				addrc <- l.Addr
+			if !found && json.Unmarshal(sc.Bytes(), &l) == nil && l.Addr != "" {
+				if l.Msg == readyMsg {
+					found = true
+					addrc <- l.Addr // Addrs is complete: no writes after this
+				} else {
+					p.Addrs[l.Msg] = l.Addr
+				}
 			}
 		}
 		_, _ = io.Copy(io.Discard, stderr) // a line over the limit stops the scanner
@@ -111,6 +122,17 @@ func (p *Process) Log() string {
 	defer p.mu.Unlock()
 	return p.log.String()
 }
+
+// DropLog stops keeping what the process logs from now on (echo still
+// gets it): for a long run whose log would otherwise grow without bound.
+func (p *Process) DropLog() {
+	p.mu.Lock()
+	p.dropLog = true
+	p.mu.Unlock()
+}
+
+// Pid is the process id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
 // Signal sends sig to the process.
 func (p *Process) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }

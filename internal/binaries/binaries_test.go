@@ -15,6 +15,7 @@ func TestMain(m *testing.M) {
 	switch os.Getenv("BINARIES_HELPER") {
 	case "ready":
 		fmt.Fprintln(os.Stderr, `{"msg":"starting"}`)
+		fmt.Fprintln(os.Stderr, `{"msg":"second listener","addr":"127.0.0.1:99"}`)
 		fmt.Fprintln(os.Stderr, `{"msg":"helper listening","addr":"127.0.0.1:1234"}`)
 		time.Sleep(time.Minute) // until Stop's SIGTERM
 		os.Exit(0)
@@ -31,13 +32,16 @@ func helper(mode string) *exec.Cmd {
 	return cmd
 }
 
-func TestStartTakesTheAddrOfTheReadyLineAndStopEndsTheProcess(t *testing.T) {
+func TestStartTakesTheAddrsOfTheReadyLineAndThoseBeforeAndStopEndsTheProcess(t *testing.T) {
 	p, err := Start(context.Background(), helper("ready"), "helper listening", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.Addr != "127.0.0.1:1234" {
 		t.Errorf("Addr = %q, want the ready line's addr", p.Addr)
+	}
+	if got := p.Addrs["second listener"]; got != "127.0.0.1:99" {
+		t.Errorf(`Addrs["second listener"] = %q, want the addr of that earlier line`, got)
 	}
 	if code := p.Stop(); code != -1 {
 		t.Errorf("Stop: exit code %d, want -1 (ended by SIGTERM)", code)
