@@ -284,3 +284,57 @@ func within(t *testing.T, d time.Duration, what string, f func()) {
 		t.Fatalf("%s did not happen within %v", what, d)
 	}
 }
+
+func TestBinaryDebugAddr(t *testing.T) {
+	_, upURL := fakeUpstream(t)
+	get := func(t *testing.T, url string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	start := func(t *testing.T, logLevel string, args ...string) *binaries.Process {
+		return startProxy(t, append([]string{"--upstream", upURL, "--policies", binPolicies(t), "--memory-dir", t.TempDir(),
+			"--ledger", "file:" + filepath.Join(t.TempDir(), "l.jsonl"), "--log-level", logLevel}, args...)...)
+	}
+	t.Run("serves pprof and stats on its own listener, logged before the listening line even at warn", func(t *testing.T) {
+		p := start(t, "warn", "--debug-addr", "127.0.0.1:0")
+		dbg := p.Addrs["debug listening"]
+		if dbg == "" || dbg == p.Addr {
+			t.Fatalf("debug addr %q (main %q); log:\n%s", dbg, p.Addr, p.Log())
+		}
+		if code, body := get(t, "http://"+dbg+"/debug/pprof/"); code != 200 || !strings.Contains(body, "goroutine") {
+			t.Fatalf("pprof index: %d %.300s", code, body)
+		}
+		if code, body := get(t, "http://"+dbg+"/debug/pprof/goroutine?debug=1"); code != 200 || !strings.Contains(body, "goroutine profile:") {
+			t.Fatalf("goroutine profile: %d %.300s", code, body)
+		}
+		code, body := get(t, "http://"+dbg+"/debug/stats?gc=1")
+		if code != 200 || gjson.Get(body, "goroutines").Int() < 2 || gjson.Get(body, "heap_inuse").Int() == 0 ||
+			gjson.Get(body, "stack_inuse").Int() == 0 || gjson.Get(body, "heap_alloc").Int() == 0 || gjson.Get(body, "num_gc").Int() < 2 {
+			t.Fatalf("stats after gc: %d %s", code, body)
+		}
+		if code, _ := get(t, "http://"+p.Addr+"/debug/pprof/"); code == 200 {
+			t.Fatal("the main listener serves /debug/pprof/")
+		}
+		if code, _ := get(t, "http://"+p.Addr+"/debug/stats"); code == 200 {
+			t.Fatal("the main listener serves /debug/stats")
+		}
+		if code, _ := get(t, "http://"+p.Addr+"/healthz"); code != 200 {
+			t.Fatalf("main listener /healthz: %d", code)
+		}
+	})
+	t.Run("is off by default", func(t *testing.T) {
+		p := start(t, "info")
+		if len(p.Addrs) != 0 {
+			t.Fatalf("lines with an addr before the listening line: %v", p.Addrs)
+		}
+		if code, _ := get(t, "http://"+p.Addr+"/debug/pprof/"); code == 200 {
+			t.Fatal("the main listener serves /debug/pprof/")
+		}
+	})
+}

@@ -24,6 +24,7 @@ type config struct {
 	UpstreamTimeout    time.Duration
 	StreamIdleTimeout  time.Duration
 	ShutdownGrace      time.Duration
+	DebugAddr          string
 }
 
 // flagSpec ties a flag to its env twin and default, so both stay in one table
@@ -47,6 +48,7 @@ var serveFlags = []flagSpec{
 	{"upstream-timeout", "CTXPROXY_UPSTREAM_TIMEOUT", "10m", "longest wait for the upstream's first byte"},
 	{"stream-idle-timeout", "CTXPROXY_STREAM_IDLE_TIMEOUT", "5m", "longest silence between stream events"},
 	{"shutdown-grace", "CTXPROXY_SHUTDOWN_GRACE", "30s", "how long open requests may finish on SIGTERM"},
+	{"debug-addr", "CTXPROXY_DEBUG_ADDR", "", "address of a separate pprof and /debug/stats listener; keep it on 127.0.0.1; unset: off"},
 }
 
 // parseConfig reads flags (args) over environment over defaults.
@@ -81,6 +83,7 @@ func parseConfig(name string, args []string, getenv func(string) string, specs [
 	c.Ledger = get("ledger")
 	c.Prices = get("prices")
 	c.AdminToken = get("admin-token")
+	c.DebugAddr = get("debug-addr")
 	if v := get("max-body"); v != "" {
 		if c.MaxBody, err = parseSize(v); err != nil {
 			return nil, fs, fmt.Errorf("--max-body: %w", err)

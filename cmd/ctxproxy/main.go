@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -80,20 +81,22 @@ func newLogger(level string, w io.Writer) (*zap.Logger, error) {
 
 // newServeLogger is newLogger with its writes buffered: one write(2) per
 // request line is measurable under load. Lines reach w within a second, and
-// at once on Sync; stop flushes and ends the flusher.
-func newServeLogger(level string, w io.Writer) (*zap.Logger, func(), error) {
+// at once on Sync; stop flushes and ends the flusher. lifecycle writes to
+// the same buffer at every level: its listening lines are what scripts wait
+// for, also under --log-level=warn.
+func newServeLogger(level string, w io.Writer) (log, lifecycle *zap.Logger, stop func(), err error) {
 	bw := &zapcore.BufferedWriteSyncer{WS: zapcore.AddSync(w), Size: 256 << 10, FlushInterval: time.Second}
-	log, err := newLogger(level, bw)
-	if err != nil {
-		return nil, nil, err
+	if log, err = newLogger(level, bw); err != nil {
+		return nil, nil, nil, err
 	}
-	return log, func() { bw.Stop() }, nil
+	lifecycle, _ = newLogger("debug", bw)
+	return log, lifecycle, func() { bw.Stop() }, nil
 }
 
 // serve runs the proxy until ctx is done, then stops gracefully. ready, when
 // set, receives the listening address.
 func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- string) error {
-	log, stopLog, err := newServeLogger(cfg.LogLevel, logOut)
+	log, lifecycle, stopLog, err := newServeLogger(cfg.LogLevel, logOut)
 	if err != nil {
 		return err
 	}
@@ -179,12 +182,19 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		}
 	}()
 
+	if cfg.DebugAddr != "" {
+		stopDebug, err := serveDebug(cfg.DebugAddr, log, lifecycle)
+		if err != nil {
+			return err
+		}
+		defer stopDebug()
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	hs := proxy.NewHTTPServer(srv, log)
-	log.Info("ctxproxy listening", zap.String("addr", ln.Addr().String()), zap.String("upstream", up.Redacted()),
+	lifecycle.Info("ctxproxy listening", zap.String("addr", ln.Addr().String()), zap.String("upstream", up.Redacted()),
 		zap.String("policies", cfg.Policies), zap.Int("tenants", len(pols.Current().Tenants())), zap.String("version", version))
 	log.Sync() // the listening line is what scripts wait for
 	if ready != nil {
@@ -205,6 +215,26 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		log.Warn("grace period over; open requests were cut", zap.Error(err))
 	}
 	return nil
+}
+
+// serveDebug opens the --debug-addr listener (pprof, /debug/stats) and
+// logs its address; stop closes it.
+func serveDebug(addr string, log, lifecycle *zap.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen --debug-addr %s: %w", addr, err)
+	}
+	ds := &http.Server{Handler: debugHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.Named("debug"))}
+	go func() {
+		if err := ds.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			log.Error("debug listener stopped", zap.Error(err))
+		}
+	}()
+	lifecycle.Info("debug listening", zap.String("addr", ln.Addr().String()), zap.String("serves", "/debug/pprof/, /debug/stats"))
+	if !isLoopback(ln.Addr()) {
+		lifecycle.Warn("the debug listener is not on loopback: whoever reaches it can read profiles of the requests", zap.String("addr", ln.Addr().String()))
+	}
+	return func() { ds.Close() }, nil
 }
 
 func tenantNames(set *policy.Set) []string {
