@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -55,6 +56,9 @@ func FuzzRewrite(f *testing.F) {
 		out, info, err := p.Rewrite(body, http.Header{}, which&0x80 != 0)
 		if string(body) != string(in) {
 			t.Fatal("Rewrite modified its input")
+		}
+		if parts, _, perr := p.RewriteParts(body, http.Header{}, which&0x80 != 0); (perr == nil) != (err == nil) || (err == nil && !bytes.Equal(bytes.Join(parts, nil), out)) {
+			t.Fatalf("RewriteParts and Rewrite differ: %q vs %q (%v, %v)", bytes.Join(parts, nil), out, perr, err)
 		}
 		if err != nil {
 			if _, ok := err.(*RequestError); !ok {

@@ -84,6 +84,33 @@ func (o splice) len() int { return len(o.pre) + len(o.data) + len(o.post) }
 // and body is never modified. h is modified in place (only when err is nil). A nil p checks the
 // body and changes nothing. Errors are *RequestError.
 func (p *Policy) Rewrite(body []byte, h http.Header, countTokens bool) ([]byte, RewriteInfo, error) {
+	ops, info, err := p.rewrite(body, h, countTokens)
+	if err != nil {
+		return nil, info, err
+	}
+	if len(ops) == 0 {
+		return body, info, nil
+	}
+	return applySplices(body, ops), info, nil
+}
+
+// RewriteParts is Rewrite without building the new body: it returns it as
+// pieces, in order, that alias body where body is kept (a 1 MB transcript
+// is not copied for the few hundred bytes the rules add). One piece, body
+// itself, when nothing changed.
+func (p *Policy) RewriteParts(body []byte, h http.Header, countTokens bool) ([][]byte, RewriteInfo, error) {
+	ops, info, err := p.rewrite(body, h, countTokens)
+	if err != nil {
+		return nil, info, err
+	}
+	if len(ops) == 0 {
+		return [][]byte{body}, info, nil
+	}
+	return spliceParts(body, ops), info, nil
+}
+
+// rewrite works out the splices that apply p; none when nothing changes.
+func (p *Policy) rewrite(body []byte, h http.Header, countTokens bool) ([]splice, RewriteInfo, error) {
 	_ = countTokens // same rules for both endpoints; kept so callers say which one this is
 	var info RewriteInfo
 	s := unsafe.String(unsafe.SliceData(body), len(body)) // read-only view: body is never written
@@ -163,7 +190,7 @@ members:
 	}
 	if p == nil {
 		info.Edits = editTypes(cm)
-		return body, info, nil
+		return nil, info, nil
 	}
 
 	var opsBuf [4]splice
@@ -273,9 +300,9 @@ members:
 		info.BetaAdded = MergeBeta(h, BetaContextManagement)
 	}
 	if len(ops) == 0 {
-		return body, info, nil
+		return nil, info, nil
 	}
-	return applySplices(body, ops), info, nil
+	return ops, info, nil
 }
 
 // appendSplice adds o's text.
@@ -541,14 +568,40 @@ func deleteMember(s string, m member) (op splice, sole bool) {
 	return splice{start: start, end: end}, true
 }
 
-// applySplices builds the new body in one allocation. ops never overlap; inserts at the same
+// sortSplices orders ops by offset. ops never overlap; inserts at the same
 // offset keep their order.
-func applySplices(body []byte, ops []splice) []byte {
+func sortSplices(ops []splice) {
 	for i := 1; i < len(ops); i++ { // stable insertion sort: at most a handful of ops
 		for j := i; j > 0 && ops[j].start < ops[j-1].start; j-- {
 			ops[j], ops[j-1] = ops[j-1], ops[j]
 		}
 	}
+}
+
+// spliceParts is the new body as pieces: runs of body between the splices,
+// and each splice's text.
+func spliceParts(body []byte, ops []splice) [][]byte {
+	sortSplices(ops)
+	parts := make([][]byte, 0, 2*len(ops)+1)
+	pos := 0
+	for _, o := range ops {
+		if o.start > pos {
+			parts = append(parts, body[pos:o.start])
+		}
+		if o.len() > 0 {
+			parts = append(parts, appendSplice(make([]byte, 0, o.len()), o))
+		}
+		pos = o.end
+	}
+	if pos < len(body) {
+		parts = append(parts, body[pos:])
+	}
+	return parts
+}
+
+// applySplices builds the new body in one allocation.
+func applySplices(body []byte, ops []splice) []byte {
+	sortSplices(ops)
 	n := len(body)
 	for _, o := range ops {
 		n += o.len() - (o.end - o.start)

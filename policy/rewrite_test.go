@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"testing"
@@ -171,6 +172,11 @@ func TestRewriteGolden(t *testing.T) {
 			out, info, err := p.Rewrite(body, h, countTokens)
 			if !bytes.Equal(body, orig) {
 				t.Fatal("Rewrite modified its input body")
+			}
+			// RewriteParts is the same body in pieces.
+			parts, pinfo, perr := p.RewriteParts(body, parseHeaders(g.sections["headers"]), countTokens)
+			if (perr == nil) != (err == nil) || (err == nil && !bytes.Equal(bytes.Join(parts, nil), out)) || !reflect.DeepEqual(pinfo, info) {
+				t.Fatalf("RewriteParts = %q, %+v, %v; Rewrite = %q, %+v, %v", bytes.Join(parts, nil), pinfo, perr, out, info, err)
 			}
 			var gotBody, gotErr string
 			if err != nil {
