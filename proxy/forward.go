@@ -151,18 +151,29 @@ func upstreamHeader(in *http.Request) http.Header {
 }
 
 // newRequest builds the upstream request for in's path and query, with h
-// (from upstreamHeader) and body.
-func (u *upstream) newRequest(ctx context.Context, in *http.Request, h http.Header, body []byte) (*http.Request, error) {
+// (from upstreamHeader) and the body in pieces (sent as they are, not joined).
+func (u *upstream) newRequest(ctx context.Context, in *http.Request, h http.Header, body [][]byte) (*http.Request, error) {
 	target := *u.base
 	target.Path = singleJoiningSlash(u.base.Path, in.URL.Path)
 	target.RawPath = ""
 	target.RawQuery = in.URL.RawQuery
-	req, err := http.NewRequestWithContext(ctx, in.Method, target.String(), bytes.NewReader(body))
+	var n int64
+	for _, p := range body {
+		n += int64(len(p))
+	}
+	var r io.Reader
+	if len(body) == 1 {
+		r = bytes.NewReader(body[0])
+	} else {
+		bufs := net.Buffers(append([][]byte(nil), body...)) // Read consumes its own copy
+		r = &bufs
+	}
+	req, err := http.NewRequestWithContext(ctx, in.Method, target.String(), r)
 	if err != nil {
 		return nil, fmt.Errorf("build upstream request: %w", err)
 	}
 	req.Header = h
-	req.ContentLength = int64(len(body))
+	req.ContentLength = n
 	req.Host = target.Host
 	return req, nil
 }

@@ -184,11 +184,11 @@ func joinArray(parts [][]byte) []byte {
 // tenant's memory mode is proxy.
 func (x *exchange) servePlain() {
 	ctx := x.r.Context()
-	body := x.body
+	parts, body := x.parts, x.body
 	var shown [][]byte // client-visible blocks of earlier rounds
 	var sum tokens.Usage
 	for round := 0; ; round++ {
-		resp, t0, err := x.roundTrip(ctx, body)
+		resp, t0, err := x.roundTrip(ctx, parts)
 		if err != nil {
 			x.upstreamError(err)
 			return
@@ -235,6 +235,7 @@ func (x *exchange) servePlain() {
 			x.fail(http.StatusInternalServerError, "api_error", "continue memory loop: "+err.Error())
 			return
 		}
+		parts = [][]byte{body}
 	}
 }
 

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -27,7 +28,8 @@ type exchange struct {
 	tenant  string
 	keyID   string
 	header  http.Header // upstream request headers (beta merged), read-only once built
-	body    []byte      // upstream request body (rewritten)
+	parts   [][]byte    // first upstream request body, in pieces that alias the client's
+	body    []byte      // the same joined, in memory proxy mode (the loop edits it)
 	info    policy.RewriteInfo
 	model   string
 	stream  bool
@@ -106,7 +108,7 @@ func (x *exchange) readAndRewrite(countTokens bool) bool {
 		x.retry = retryPolicy{retries: pol.Upstream.Retries, base: pol.Upstream.RetryBaseDelay, max: pol.Upstream.RetryMaxDelay}
 	}
 	// A nil policy (no default.yaml) still validates the body and changes nothing.
-	nb, info, err := pol.Rewrite(body, x.header, countTokens)
+	parts, info, err := pol.RewriteParts(body, x.header, countTokens)
 	if err != nil {
 		var re *policy.RequestError
 		if errors.As(err, &re) {
@@ -116,15 +118,28 @@ func (x *exchange) readAndRewrite(countTokens bool) bool {
 		x.fail(http.StatusBadRequest, "invalid_request_error", err.Error())
 		return false
 	}
-	x.body, x.info = nb, info
-	if x.body, err = x.applyContinuation(r.Context(), x.body); err != nil {
-		x.fail(http.StatusServiceUnavailable, "api_error", "memory store unavailable: "+err.Error())
-		return false
+	x.parts, x.info = parts, info
+	if x.memory {
+		// The memory loop builds its next requests from the whole body.
+		x.body = joinParts(parts)
+		if x.body, err = x.applyContinuation(r.Context(), x.body); err != nil {
+			x.fail(http.StatusServiceUnavailable, "api_error", "memory store unavailable: "+err.Error())
+			return false
+		}
+		x.parts = [][]byte{x.body}
 	}
 	// Rewrite read both in its validating pass; a gjson lookup of an absent
 	// "stream" would walk the whole body once more.
 	x.model, x.stream = info.Model, info.Stream
 	return true
+}
+
+// joinParts is the body the pieces make, without a copy when there is one.
+func joinParts(parts [][]byte) []byte {
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	return bytes.Join(parts, nil)
 }
 
 // readBody reads at most limit bytes; Content-Length sizes the buffer once.
@@ -147,7 +162,7 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 
 // roundTrip sends body upstream (retrying per the tenant's policy while no
 // memory write happened) and returns the reply with an identity body.
-func (x *exchange) roundTrip(ctx context.Context, body []byte) (*http.Response, time.Time, error) {
+func (x *exchange) roundTrip(ctx context.Context, body [][]byte) (*http.Response, time.Time, error) {
 	p := x.retry
 	if x.wrote {
 		p.retries = 0 // never repeat a loop step after a memory write
@@ -172,7 +187,7 @@ func (x *exchange) roundTrip(ctx context.Context, body []byte) (*http.Response, 
 // relayOnce forwards the request and relays the reply as it is (count_tokens).
 func (x *exchange) relayOnce() {
 	ctx := x.r.Context()
-	resp, t0, err := x.roundTrip(ctx, x.body)
+	resp, t0, err := x.roundTrip(ctx, x.parts)
 	if err != nil {
 		x.upstreamError(err)
 		return

@@ -107,7 +107,7 @@ func (x *exchange) serveStream() {
 	ctx := x.r.Context()
 	sw := &streamWriter{w: x.w, rc: http.NewResponseController(x.w)}
 	defer func() { x.outN += sw.n }()
-	body := x.body
+	parts, body := x.parts, x.body
 	next := 0 // next client block index
 	var sum tokens.Usage
 	clientID := "" // the reply id the client saw in message_start
@@ -124,7 +124,7 @@ func (x *exchange) serveStream() {
 			tail = nil
 		}
 		uctx, cancel := context.WithCancel(ctx)
-		resp, t0, err := x.roundTrip(uctx, body)
+		resp, t0, err := x.roundTrip(uctx, parts)
 		if err != nil {
 			cancel()
 			if !started {
@@ -205,6 +205,7 @@ func (x *exchange) serveStream() {
 					sw.send(sseErrorEvent("api_error", "continue memory loop: "+err.Error()))
 					return
 				}
+				parts = [][]byte{body}
 				continue
 			}
 			x.saveContinuation(ctx, clientID, rd.id, results)
