@@ -26,21 +26,20 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
+	"github.com/ctxproxy/ctxproxy/internal/binaries"
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
-	"github.com/ctxproxy/ctxproxy/memoryhook"
-	"github.com/ctxproxy/ctxproxy/policy"
 	"github.com/ctxproxy/ctxproxy/proxy"
-	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
-// Every server under test runs in its own process (this binary re-executed
-// with the hidden first argument childArg), so each row's peak RSS is its
-// own. A child prints "READY <addr> <admin addr>" on stdout, serves until
-// SIGTERM or until its stdin closes (the bench died), and serves pprof and
-// /stats on the admin address.
+// Every server under test runs in its own process, so each row's peak RSS
+// is its own. ctxproxy is the real binary (built once per run, started with
+// its own flags and --debug-addr for pprof and /debug/stats). The fake
+// upstream and the bare proxy are the bench's own: this binary re-executed
+// with the hidden first argument childArg. Such a child prints
+// "READY <addr> <admin addr>" on stdout, serves until SIGTERM or until its
+// stdin closes (the bench died), and serves the same debug paths as
+// ctxproxy on the admin address.
 
 const childArg = "__bench_child"
 
@@ -57,20 +56,13 @@ func runChild(args []string) error {
 	}
 	kind, args := args[0], args[1:]
 	fs := flag.NewFlagSet(kind, flag.ContinueOnError)
-	upstream := fs.String("upstream", "", "upstream base URL")
+	upstream := fs.String("upstream", "", "bare: upstream base URL")
 	eventDelay := fs.Duration("event-delay", 0, "fake: delay between SSE events of a stream")
 	events := fs.Int("events", 200, "fake: events per stream")
-	policies := fs.String("policies", "", "ctxproxy: policy folder")
-	memDir := fs.String("memory-dir", "", "ctxproxy: memory folder")
-	ledger := fs.String("ledger", "", "ctxproxy: ledger spec")
-	prices := fs.String("prices", "", "ctxproxy: prices file")
-	logLevel := fs.String("log-level", "warn", "ctxproxy: log level")
-	logFile := fs.String("log-file", "", "ctxproxy: log file (default stderr)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	var h http.Handler
-	var cleanup func()
 	switch kind {
 	case "fake":
 		h = newBenchFake(*eventDelay, *events)
@@ -80,12 +72,6 @@ func runChild(args []string) error {
 			return err
 		}
 		h = bareProxy(u)
-	case "ctxproxy":
-		var err error
-		h, cleanup, err = newCtxproxy(*upstream, *policies, *memDir, *ledger, *prices, *logLevel, *logFile)
-		if err != nil {
-			return err
-		}
 	default:
 		return fmt.Errorf("unknown child kind %q", kind)
 	}
@@ -97,7 +83,8 @@ func runChild(args []string) error {
 	if err != nil {
 		return err
 	}
-	// The settings of cmd/ctxproxy's server, for every row alike.
+	// The settings of cmd/ctxproxy's server (proxy.NewHTTPServer), with
+	// errors to stderr.
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute,
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 1 << 20}
 	admin := &http.Server{Handler: adminMux(srv), ReadHeaderTimeout: 10 * time.Second}
@@ -116,13 +103,11 @@ func runChild(args []string) error {
 	defer cancel()
 	srv.Shutdown(sctx)
 	admin.Close()
-	if cleanup != nil {
-		cleanup()
-	}
 	return nil
 }
 
-// childStats is what /stats reports.
+// childStats is what /debug/stats reports, the bench children's and
+// ctxproxy's (--debug-addr) alike.
 type childStats struct {
 	Goroutines int    `json:"goroutines"`
 	HeapInuse  uint64 `json:"heap_inuse"`
@@ -134,9 +119,9 @@ type childStats struct {
 
 func adminMux(srv *http.Server) *http.ServeMux {
 	m := http.NewServeMux()
-	// /closeidle drops the server's idle keep-alive connections, so a growth
-	// check compares goroutines without connection-pool noise.
-	m.HandleFunc("/closeidle", func(w http.ResponseWriter, r *http.Request) {
+	// /debug/closeidle drops the server's idle keep-alive connections, so a
+	// growth check compares goroutines without connection-pool noise.
+	m.HandleFunc("/debug/closeidle", func(w http.ResponseWriter, r *http.Request) {
 		srv.SetKeepAlivesEnabled(false)
 		srv.SetKeepAlivesEnabled(true)
 	})
@@ -145,7 +130,7 @@ func adminMux(srv *http.Server) *http.ServeMux {
 	m.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	m.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	m.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	m.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
+	m.HandleFunc("/debug/stats", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("gc") == "1" {
 			runtime.GC()
 			runtime.GC()
@@ -244,82 +229,19 @@ func bareProxy(u *url.URL) http.Handler {
 	}
 }
 
-// newCtxproxy builds ctxproxy as cmd/ctxproxy's serve does: policy store,
-// file memory store, prices, ledger, metrics and recorder.
-func newCtxproxy(upstream, polDir, memDir, ledgerSpec, pricesPath, level, logFile string) (http.Handler, func(), error) {
-	var out zapcore.WriteSyncer = zapcore.AddSync(os.Stderr)
-	var f *os.File
-	if logFile != "" {
-		var err error
-		if f, err = os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
-			return nil, nil, err
-		}
-		out = zapcore.AddSync(f)
-	}
-	lvl, err := zapcore.ParseLevel(level)
-	if err != nil {
-		return nil, nil, err
-	}
-	enc := zap.NewProductionEncoderConfig()
-	enc.TimeKey = "time"
-	enc.EncodeTime = zapcore.RFC3339NanoTimeEncoder
-	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), out, lvl))
-	up, err := url.Parse(upstream)
-	if err != nil {
-		return nil, nil, err
-	}
-	pols, err := policy.NewStore(polDir, log)
-	if err != nil {
-		return nil, nil, fmt.Errorf("load policies: %w", err)
-	}
-	mem, err := memoryhook.NewFileStore(memDir)
-	if err != nil {
-		return nil, nil, fmt.Errorf("memory store: %w", err)
-	}
-	var prices *tokens.Prices
-	if pricesPath != "" {
-		if prices, err = tokens.LoadPrices(pricesPath); err != nil {
-			return nil, nil, fmt.Errorf("load prices: %w", err)
-		}
-	}
-	ledger, err := tokens.OpenLedger(context.Background(), ledgerSpec)
-	if err != nil {
-		return nil, nil, fmt.Errorf("open ledger: %w", err)
-	}
-	var names []string
-	for _, p := range pols.Current().Tenants() {
-		names = append(names, p.Tenant)
-	}
-	metrics := tokens.NewMetrics(names, prices.Models())
-	rec := tokens.NewRecorder(prices, metrics, ledger, log)
-	srv, err := proxy.New(proxy.Config{Upstream: up, Policies: pols, Memory: mem, Recorder: rec, Metrics: metrics, Log: log})
-	if err != nil {
-		return nil, nil, err
-	}
-	cleanup := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		rec.Close(ctx)
-		cancel()
-		ledger.Close()
-		log.Sync()
-		if f != nil {
-			f.Close()
-		}
-	}
-	return srv, cleanup, nil
-}
-
 // child is a running server process of the bench.
 type child struct {
-	name  string
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	addr  string // host:port it serves on
-	admin string // host:port of pprof and /stats
-	errf  *os.File
-	once  sync.Once
+	name    string
+	pid     int
+	addr    string // host:port it serves on
+	admin   string // host:port of pprof and /debug/stats
+	errPath string // its stderr
+	flush   func() // writes out buffered stderr, if any
+	end     func() // stops it and waits
+	once    sync.Once
 }
 
+// startChild starts one of the bench's own servers (runChild).
 func startChild(workDir, name string, args ...string) (*child, error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -342,7 +264,20 @@ func startChild(workDir, name string, args ...string) (*child, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	c := &child{name: name, cmd: cmd, stdin: stdin, errf: errf}
+	c := &child{name: name, pid: cmd.Process.Pid, errPath: errf.Name(), flush: func() {}}
+	c.end = func() {
+		stdin.Close()
+		cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		errf.Close()
+	}
 	line := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -368,36 +303,85 @@ func startChild(workDir, name string, args ...string) (*child, error) {
 	return c, nil
 }
 
+// startCtxproxy runs the ctxproxy binary bin as a user would, with args
+// after its listening flags, and takes both addresses from its log.
+func startCtxproxy(workDir, name, bin string, args ...string) (*child, error) {
+	errf, err := os.Create(filepath.Join(workDir, name+".stderr"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--debug-addr", "127.0.0.1:0"}, args...)...)
+	cmd.Env = withoutCtxproxyEnv(os.Environ())
+	dieWithParent(cmd)
+	// Its log goes to the file in large writes, not a write(2) per line of
+	// a row at --log-level=info, in this process that drives the load.
+	w := &lockedWriter{w: bufio.NewWriterSize(errf, 64<<10)}
+	p, err := binaries.Start(context.Background(), cmd, "ctxproxy listening", w)
+	if err != nil {
+		w.Flush()
+		errf.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p.DropLog() // the file has it
+	c := &child{name: name, pid: p.Pid(), addr: p.Addr, admin: p.Addrs["debug listening"], errPath: errf.Name(), flush: w.Flush}
+	c.end = func() {
+		p.Stop()
+		w.Flush()
+		errf.Close()
+	}
+	if c.admin == "" {
+		c.stop()
+		return nil, fmt.Errorf("%s logged no debug address: %s", name, c.stderrTail())
+	}
+	return c, nil
+}
+
+// withoutCtxproxyEnv drops CTXPROXY_* variables, so only the bench's flags
+// configure the proxy under test.
+func withoutCtxproxyEnv(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "CTXPROXY_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *bufio.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (l *lockedWriter) Flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.w.Flush()
+}
+
 func (c *child) url() string { return "http://" + c.addr }
 
 func (c *child) stderrTail() string {
-	b, _ := os.ReadFile(c.errf.Name())
+	c.flush()
+	b, _ := os.ReadFile(c.errPath)
 	if len(b) > 2000 {
 		b = b[len(b)-2000:]
 	}
 	return string(b)
 }
 
-// stop ends the child (SIGTERM, then SIGKILL after 5s) and waits for it.
-func (c *child) stop() {
-	c.once.Do(func() {
-		c.stdin.Close()
-		c.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { c.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			c.cmd.Process.Kill()
-			<-done
-		}
-		c.errf.Close()
-	})
-}
+// stop ends the child and waits for it.
+func (c *child) stop() { c.once.Do(c.end) }
 
 // procStatus reads a field in kB of /proc/PID/status, in bytes.
 func (c *child) procStatus(field string) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.pid))
 	if err != nil {
 		return 0
 	}
@@ -419,14 +403,14 @@ func (c *child) rss() int64 { return c.procStatus("VmRSS") }
 var adminClient = &http.Client{Timeout: 30 * time.Second}
 
 func (c *child) closeIdle() {
-	if resp, err := adminClient.Get("http://" + c.admin + "/closeidle"); err == nil {
+	if resp, err := adminClient.Get("http://" + c.admin + "/debug/closeidle"); err == nil {
 		resp.Body.Close()
 	}
 }
 
 func (c *child) stats(gc bool) (childStats, error) {
 	var s childStats
-	u := "http://" + c.admin + "/stats"
+	u := "http://" + c.admin + "/debug/stats"
 	if gc {
 		u += "?gc=1"
 	}

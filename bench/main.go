@@ -10,9 +10,10 @@
 //	go run ./bench -long             # 5-minute goroutine/memory growth run
 //	go run ./bench -pprof /tmp/prof  # CPU and alloc profiles of every proxy cell
 //
-// Every server under test runs as its own process (this binary re-executed),
-// started fresh for each row and load, so peak RSS (VmHWM) is that server's
-// alone. Load generation is in this process: a bounded worker pool on one
+// Every server under test runs as its own process, started fresh for each
+// row and load, so peak RSS (VmHWM) is that server's alone: ctxproxy is the
+// real binary, built once per run and started with its own flags; the fake
+// upstream and the bare proxy are this binary re-executed. Load generation is in this process: a bounded worker pool on one
 // shared http.Transport, all on 127.0.0.1.
 package main
 
@@ -21,6 +22,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -33,6 +35,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/binaries"
 	"github.com/ctxproxy/ctxproxy/policy"
 )
 
@@ -191,6 +194,7 @@ type runner struct {
 	work    string
 	polDir  string
 	prices  string
+	bin     string // the ctxproxy binary
 	bodies  map[string][]byte
 	cells   []*cell
 	started time.Time
@@ -216,8 +220,14 @@ func run(c config) (string, error) {
 			return "", err
 		}
 	}
-	if p := findPrices(); p != "" {
-		r.prices = p
+	if r.prices = findPrices(); r.prices == "" {
+		return "", errors.New("policies/prices.yaml not found: run the bench inside the repository")
+	}
+	// The rows measure the real binary, built once for the run.
+	r.bin = filepath.Join(r.work, "ctxproxy")
+	fmt.Fprintln(os.Stderr, "building ctxproxy")
+	if err := binaries.Build(context.Background(), r.bin, binaries.Ctxproxy, false); err != nil {
+		return "", err
 	}
 	if c.pprofDir != "" {
 		if err := os.MkdirAll(c.pprofDir, 0o755); err != nil {
@@ -349,9 +359,9 @@ func (r *runner) servers(row rowSpec, tag string) (fake, srv *child, err error) 
 		if lvl == "" {
 			lvl = "warn"
 		}
-		srv, err = startChild(r.work, tag+"-ctxproxy", "ctxproxy", "-upstream", fake.url(), "-policies", r.polDir,
-			"-memory-dir", filepath.Join(dir, "memories"), "-ledger", "file:"+filepath.Join(dir, "ledger.jsonl"),
-			"-prices", r.prices, "-log-level", lvl, "-log-file", filepath.Join(dir, "ctxproxy.log"))
+		srv, err = startCtxproxy(r.work, tag+"-ctxproxy", r.bin, "--upstream", fake.url(), "--policies", r.polDir,
+			"--memory-dir", filepath.Join(dir, "memories"), "--ledger", "file:"+filepath.Join(dir, "ledger.jsonl"),
+			"--prices", r.prices, "--log-level", lvl, "--shutdown-grace", "3s")
 	}
 	if err != nil {
 		fake.stop()
