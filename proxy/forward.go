@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"compress/flate"
 	"compress/gzip"
 	"context"
@@ -151,8 +150,9 @@ func upstreamHeader(in *http.Request) http.Header {
 }
 
 // newRequest builds the upstream request for in's path and query, with h
-// (from upstreamHeader) and the body in pieces (sent as they are, not joined).
-func (u *upstream) newRequest(ctx context.Context, in *http.Request, h http.Header, body [][]byte) (*http.Request, error) {
+// (from upstreamHeader) and the body in pieces (sent as they are, not
+// joined). lease, when the pieces alias a pooled buffer, tracks the readers.
+func (u *upstream) newRequest(ctx context.Context, in *http.Request, h http.Header, body [][]byte, lease *bodyLease) (*http.Request, error) {
 	target := *u.base
 	target.Path = singleJoiningSlash(u.base.Path, in.URL.Path)
 	target.RawPath = ""
@@ -161,17 +161,13 @@ func (u *upstream) newRequest(ctx context.Context, in *http.Request, h http.Head
 	for _, p := range body {
 		n += int64(len(p))
 	}
-	var r io.Reader
-	if len(body) == 1 {
-		r = bytes.NewReader(body[0])
-	} else {
-		bufs := net.Buffers(append([][]byte(nil), body...)) // Read consumes its own copy
-		r = &bufs
-	}
-	req, err := http.NewRequestWithContext(ctx, in.Method, target.String(), r)
+	req, err := http.NewRequestWithContext(ctx, in.Method, target.String(), lease.reader(body))
 	if err != nil {
 		return nil, fmt.Errorf("build upstream request: %w", err)
 	}
+	// GetBody lets the transport resend on a keep-alive connection that
+	// turned out dead.
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(lease.reader(body)), nil }
 	req.Header = h
 	req.ContentLength = n
 	req.Host = target.Host

@@ -28,6 +28,7 @@ type exchange struct {
 	tenant  string
 	keyID   string
 	header  http.Header // upstream request headers (beta merged), read-only once built
+	lease   *bodyLease  // the client's body buffer, when pooled
 	parts   [][]byte    // first upstream request body, in pieces that alias the client's
 	body    []byte      // the same joined, in memory proxy mode (the loop edits it)
 	info    policy.RewriteInfo
@@ -80,7 +81,8 @@ func (x *exchange) readAndRewrite(countTokens bool) bool {
 			fmt.Sprintf("request body is %d bytes; the limit is %d bytes", r.ContentLength, s.cfg.MaxBody))
 		return false
 	}
-	body, err := readBody(r, s.cfg.MaxBody)
+	body, lease, err := readBody(r, s.cfg.MaxBody)
+	x.lease = lease
 	x.bytesIn = int64(len(body))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -142,22 +144,26 @@ func joinParts(parts [][]byte) []byte {
 	return bytes.Join(parts, nil)
 }
 
-// readBody reads at most limit bytes; Content-Length sizes the buffer once.
-func readBody(r *http.Request, limit int64) ([]byte, error) {
+// readBody reads at most limit bytes; Content-Length sizes the buffer once
+// (a pooled one for large bodies; see bodypool.go).
+func readBody(r *http.Request, limit int64) ([]byte, *bodyLease, error) {
 	rd := http.MaxBytesReader(nil, r.Body, limit)
 	if r.ContentLength > 0 {
-		buf := make([]byte, r.ContentLength)
+		buf, lease := newBodyBuf(int(r.ContentLength))
 		if _, err := io.ReadFull(rd, buf); err != nil {
-			return nil, err
+			lease.release()
+			return nil, nil, err
 		}
 		// Anything beyond the declared length is a broken client.
 		var one [1]byte
 		if n, _ := rd.Read(one[:]); n > 0 {
-			return nil, errors.New("body longer than its content-length")
+			lease.release()
+			return nil, nil, errors.New("body longer than its content-length")
 		}
-		return buf, nil
+		return buf, lease, nil
 	}
-	return io.ReadAll(rd)
+	b, err := io.ReadAll(rd)
+	return b, nil, err
 }
 
 // roundTrip sends body upstream (retrying per the tenant's policy while no
@@ -169,7 +175,7 @@ func (x *exchange) roundTrip(ctx context.Context, body [][]byte) (*http.Response
 	}
 	t0 := time.Now()
 	resp, err := x.s.up.do(ctx, func() (*http.Request, error) {
-		return x.s.up.newRequest(ctx, x.r, x.header, body)
+		return x.s.up.newRequest(ctx, x.r, x.header, body, x.lease)
 	}, p)
 	x.calls++
 	if err != nil {
@@ -276,6 +282,7 @@ func (x *exchange) scope() memoryhook.Scope {
 
 // finish writes the request's log line and metrics.
 func (x *exchange) finish() {
+	x.lease.release()
 	d := time.Since(x.start)
 	if m := x.s.cfg.Metrics; m != nil {
 		m.ObserveRequest(x.tenantLabel(), x.model, x.status, x.upDur, max(d-x.upDur, 0))

@@ -1,0 +1,97 @@
+package proxy
+
+import (
+	"io"
+	"math/bits"
+	"net"
+	"sync"
+	"sync/atomic"
+)
+
+// Large request bodies (tool transcripts run to megabytes) are read into
+// pooled buffers: a fresh 1 MB slice per request is cleared by make and
+// left to the collector, which on a busy proxy is a large share of its CPU.
+//
+// A buffer goes back to its pool only when nothing can still read it: every
+// upstream body reader made over it has reached EOF (the transport copies
+// out as it reads, so after EOF it holds no reference), and the request is
+// over. A reader left short of EOF (an early reply, a cut connection) keeps
+// the buffer out of the pool for good; the collector takes it then.
+
+const (
+	minPooledBody = 64 << 10
+	bodyClasses   = 10 // 64 KiB .. 32 MiB, by powers of two
+)
+
+var bodyPools [bodyClasses]sync.Pool
+
+// bodyClass is the pool for a buffer of at least n bytes, or -1.
+func bodyClass(n int) int {
+	if n < minPooledBody {
+		return -1
+	}
+	c := bits.Len(uint(n-1)) - bits.Len(uint(minPooledBody-1))
+	if c >= bodyClasses {
+		return -1
+	}
+	return c
+}
+
+// bodyLease is one request's body buffer and the readers over it.
+type bodyLease struct {
+	buf   []byte // nil when not pooled
+	class int
+	open  atomic.Int32 // readers made and not yet at EOF
+}
+
+// newBodyBuf returns an n-byte buffer, pooled when n is large.
+func newBodyBuf(n int) ([]byte, *bodyLease) {
+	c := bodyClass(n)
+	if c < 0 {
+		return make([]byte, n), nil
+	}
+	if p, ok := bodyPools[c].Get().(*[]byte); ok {
+		return (*p)[:n], &bodyLease{buf: (*p)[:n], class: c}
+	}
+	b := make([]byte, n, minPooledBody<<c)
+	return b, &bodyLease{buf: b, class: c}
+}
+
+// release returns the buffer to its pool if no reader can still touch it.
+// Called once, when the request is over.
+func (l *bodyLease) release() {
+	if l == nil || l.buf == nil || l.open.Load() != 0 {
+		return
+	}
+	b := l.buf[:0]
+	l.buf = nil
+	bodyPools[l.class].Put(&b)
+}
+
+// reader is an upstream request body over parts (which may alias the
+// leased buffer): net.Buffers without its WriterTo, so every byte leaves
+// through Read and EOF is seen here.
+func (l *bodyLease) reader(parts [][]byte) io.Reader {
+	r := &leasedReader{bufs: append(net.Buffers(nil), parts...), lease: l}
+	if l != nil {
+		l.open.Add(1)
+	}
+	return r
+}
+
+type leasedReader struct {
+	bufs  net.Buffers
+	lease *bodyLease
+	done  bool
+}
+
+func (r *leasedReader) Read(p []byte) (int, error) {
+	n, err := r.bufs.Read(p)
+	if err == io.EOF && !r.done {
+		r.done = true
+		if r.lease != nil {
+			r.lease.open.Add(-1)
+		}
+	}
+	return n, err
+}
