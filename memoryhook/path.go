@@ -191,11 +191,3 @@ func (p Path) Within(q Path) bool {
 	}
 	return true
 }
-
-// Join returns the path of rel (slash-separated, already-trusted names as a
-// store returns them) below p; used for listing and for store test helpers.
-func (p Path) join(rel ...string) Path {
-	q := Path{elems: append(p.Elems(), rel...), ok: p.ok}
-	q.raw = q.String()
-	return q
-}

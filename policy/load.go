@@ -256,13 +256,6 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-func join(where, key string) string {
-	if where == "" || where == "the policy" {
-		return key
-	}
-	return where + "." + key
-}
-
 func (ps *parser) str(n *yaml.Node, where string) (string, bool) {
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
 		ps.add(n.Line, "%s must be a string, got %s", where, describe(n))

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -361,9 +360,6 @@ func TestAStreamIdlePastTheTimeoutEndsWithATimeoutError(t *testing.T) {
 		t.Fatalf("body = %s", body)
 	}
 }
-
-var _ = errors.New
-var _ = net.Dial
 
 func TestWithoutADefaultPolicyUnknownClientsGoUpUntouched(t *testing.T) {
 	p := testPolicies()

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -208,8 +207,6 @@ func within(t *testing.T, d time.Duration, what string, f func()) {
 		t.Fatalf("%s did not happen within %v", what, d)
 	}
 }
-
-var _ = bytes.NewReader
 
 type jsonRaw = json.RawMessage
 

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 )
 
@@ -163,5 +162,3 @@ func appendSSE(b []byte, name string, data []byte) []byte {
 	b = append(b, data...)
 	return append(b, "\n\n"...)
 }
-
-func (e sseEvent) String() string { return fmt.Sprintf("%s %s", e.Name, e.Data) }

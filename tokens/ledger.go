@@ -69,9 +69,7 @@ func OpenLedger(ctx context.Context, spec string) (Ledger, error) {
 	switch {
 	case strings.HasPrefix(spec, "file:"):
 		path := strings.TrimPrefix(spec, "file:")
-		if strings.HasPrefix(path, "//") { // file:///abs/path
-			path = strings.TrimPrefix(path, "//")
-		}
+		path = strings.TrimPrefix(path, "//") // file:///abs/path
 		if path == "" {
 			return nil, fmt.Errorf("open ledger %q: empty path", spec)
 		}
