@@ -7,18 +7,26 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ctxproxy/ctxproxy/internal/pgmigrate"
 )
 
-// PGLedger stores calls in the table ctxproxy_ledger. Its schema is versioned in
-// ctxproxy_ledger_migrations and brought up to date by OpenPGLedger under an advisory lock, so
+// PGLedger stores calls in the table ctxproxy_ledger. Its schema (PGSchema) is versioned in
+// ctxproxy_ledger_migrations and brought up to date by OpenPGLedger under an advisory lock (internal/pgmigrate), so
 // several instances may start at once. Times are stored to the microsecond.
 type PGLedger struct {
 	pool *pgxpool.Pool
 }
 
-// pgMigrations are applied in order; never edit one that shipped, append a new one.
-var pgMigrations = [][]string{
-	1: {
+// PGSchemas are the PostgreSQL schemas of the ledger's database, applied by
+// OpenPGLedger and by `ctxproxy migrate --ledger` (see internal/pgmigrate for
+// how to add one).
+var PGSchemas = []pgmigrate.Schema{PGSchema}
+
+// PGSchema is the ledger's table. Never edit a version that shipped; append a
+// new one.
+var PGSchema = pgmigrate.Schema{Name: "ledger", Versions: [][]string{
+	{
 		`CREATE TABLE ctxproxy_ledger (
 			id                             bigserial   PRIMARY KEY,
 			time                           timestamptz NOT NULL,
@@ -42,10 +50,7 @@ var pgMigrations = [][]string{
 		`CREATE INDEX ctxproxy_ledger_tenant_time ON ctxproxy_ledger (tenant, time)`,
 		`CREATE INDEX ctxproxy_ledger_time ON ctxproxy_ledger (time)`,
 	},
-}
-
-// PGSchemaVersion is the ledger schema version this build writes.
-const PGSchemaVersion = 1
+}}
 
 // OpenPGLedger connects to url (a pgx connection string; search_path and other runtime
 // parameters may be given as query parameters) and migrates the schema.
@@ -58,47 +63,11 @@ func OpenPGLedger(ctx context.Context, url string) (*PGLedger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open postgres ledger: %w", err)
 	}
-	if err := migrate(ctx, pool); err != nil {
+	if _, err := pgmigrate.Apply(ctx, pool, PGSchemas...); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres ledger %s@%s/%s: %w", cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Database, err)
 	}
 	return &PGLedger{pool: pool}, nil
-}
-
-func migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // no-op after Commit
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('ctxproxy_ledger_migrations'))`); err != nil {
-		return fmt.Errorf("migrate: lock: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS ctxproxy_ledger_migrations (
-		version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	var have int
-	if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM ctxproxy_ledger_migrations`).Scan(&have); err != nil {
-		return fmt.Errorf("migrate: read version: %w", err)
-	}
-	if have > PGSchemaVersion {
-		return fmt.Errorf("migrate: database schema version %d is newer than this build's %d", have, PGSchemaVersion)
-	}
-	for v := have + 1; v <= PGSchemaVersion; v++ {
-		for _, stmt := range pgMigrations[v] {
-			if _, err := tx.Exec(ctx, stmt); err != nil {
-				return fmt.Errorf("migrate to version %d: %w", v, err)
-			}
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO ctxproxy_ledger_migrations (version) VALUES ($1)`, v); err != nil {
-			return fmt.Errorf("migrate to version %d: %w", v, err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("migrate: commit: %w", err)
-	}
-	return nil
 }
 
 // Append inserts c.

@@ -54,7 +54,7 @@ func TestPGLedgerMigrations(t *testing.T) {
 			t.Fatal(err)
 		}
 		versions, err = pgx.CollectRows(rows, pgx.RowTo[int])
-		if err != nil || len(versions) != PGSchemaVersion || versions[len(versions)-1] != PGSchemaVersion {
+		if err != nil || len(versions) != PGSchema.Version() || versions[len(versions)-1] != PGSchema.Version() {
 			t.Fatalf("versions %v %v", versions, err)
 		}
 		got, err := l.Query(ctx, Filter{})
@@ -67,7 +67,7 @@ func TestPGLedgerMigrations(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := l.pool.Exec(ctx, `INSERT INTO ctxproxy_ledger_migrations (version) VALUES ($1)`, PGSchemaVersion+1); err != nil {
+		if _, err := l.pool.Exec(ctx, `INSERT INTO ctxproxy_ledger_migrations (version) VALUES ($1)`, PGSchema.Version()+1); err != nil {
 			t.Fatal(err)
 		}
 		l.Close()

@@ -5,17 +5,24 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ctxproxy/ctxproxy/internal/pgmigrate"
 )
 
-// migrations are applied in order, each in the one transaction that holds the
-// migration lock; never edit one that shipped, append a new one.
+// Schemas are the PostgreSQL schemas of the memory store's database, applied
+// by Open and by `ctxproxy migrate --memory-store` (see internal/pgmigrate for
+// how to add one).
+var Schemas = []pgmigrate.Schema{Schema}
+
+// Schema is the memory store's tables. Never edit a version that shipped;
+// append a new one.
 //
 // Paths are Path.Rel() ("a/b.md"); the root has no row (it always exists).
 // Text columns use the "C" collation so that byte order decides, which makes
 // a directory's subtree the key range [dir + "/", dir + "0") ('0' follows
 // '/') and lets the primary key index serve it.
-var migrations = [][]string{
-	1: {
+var Schema = pgmigrate.Schema{Name: "memory", Versions: [][]string{
+	{
 		`CREATE TABLE ctxproxy_memory_entries (
 			tenant     text COLLATE "C" NOT NULL,
 			path       text COLLATE "C" NOT NULL CHECK (path <> ''),
@@ -41,46 +48,12 @@ var migrations = [][]string{
 		)`,
 		`CREATE INDEX ctxproxy_memory_continuations_expiry ON ctxproxy_memory_continuations (tenant, expires_at)`,
 	},
-}
+}}
 
-// SchemaVersion is the schema version this build writes.
-const SchemaVersion = 1
-
-// migrate brings the schema up to SchemaVersion. The advisory lock is keyed
-// by the schema too, so replicas starting at once wait for each other while
-// stores in other schemas (tests) do not.
+// migrate brings the database up to Schemas.
 func migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	tx, err := pool.Begin(ctx)
-	if err != nil {
+	if _, err := pgmigrate.Apply(ctx, pool, Schemas...); err != nil {
 		return fmt.Errorf("migrate: %w", err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // no-op after Commit
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('ctxproxy_memory_migrations:' || current_schema()))`); err != nil {
-		return fmt.Errorf("migrate: lock: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS ctxproxy_memory_migrations (
-		version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	var have int
-	if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM ctxproxy_memory_migrations`).Scan(&have); err != nil {
-		return fmt.Errorf("migrate: read version: %w", err)
-	}
-	if have > SchemaVersion {
-		return fmt.Errorf("migrate: database schema version %d is newer than this build's %d", have, SchemaVersion)
-	}
-	for v := have + 1; v <= SchemaVersion; v++ {
-		for _, stmt := range migrations[v] {
-			if _, err := tx.Exec(ctx, stmt); err != nil {
-				return fmt.Errorf("migrate to version %d: %w", v, err)
-			}
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO ctxproxy_memory_migrations (version) VALUES ($1)`, v); err != nil {
-			return fmt.Errorf("migrate to version %d: %w", v, err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("migrate: commit: %w", err)
 	}
 	return nil
 }

@@ -29,10 +29,10 @@ func TestMigrations(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		if v := db.queryInt(t, `SELECT max(version) FROM ctxproxy_memory_migrations`); v != SchemaVersion {
-			t.Errorf("version %d, want %d", v, SchemaVersion)
+		if v := db.queryInt(t, `SELECT max(version) FROM ctxproxy_memory_migrations`); v != int64(Schema.Version()) {
+			t.Errorf("version %d, want %d", v, Schema.Version())
 		}
-		if n := db.queryInt(t, `SELECT count(*) FROM ctxproxy_memory_migrations`); n != SchemaVersion {
+		if n := db.queryInt(t, `SELECT count(*) FROM ctxproxy_memory_migrations`); n != int64(Schema.Version()) {
 			t.Errorf("%d migration rows", n)
 		}
 	})
@@ -56,7 +56,7 @@ func TestMigrations(t *testing.T) {
 	t.Run("refuses a schema newer than the build", func(t *testing.T) {
 		db := newTestDB(t)
 		db.open(t).Close()
-		db.exec(t, `INSERT INTO ctxproxy_memory_migrations (version) VALUES ($1)`, SchemaVersion+1)
+		db.exec(t, `INSERT INTO ctxproxy_memory_migrations (version) VALUES ($1)`, Schema.Version()+1)
 		s, err := Open(ctx, db.url)
 		if err == nil {
 			s.Close()
