@@ -51,9 +51,31 @@ var serveFlags = []flagSpec{
 	{"debug-addr", "CTXPROXY_DEBUG_ADDR", "", "address of a separate pprof and /debug/stats listener; keep it on 127.0.0.1; unset: off"},
 }
 
+// usageHead is the top of `ctxproxy --help`: the subcommands, then the
+// serve flags.
+const usageHead = `Usage: ctxproxy [serve] [flags]
+       ctxproxy COMMAND [flags]
+
+Commands:
+  serve      run the proxy (the default)
+  migrate    apply the PostgreSQL schemas of --memory-store and --ledger, then exit
+  validate   check the policy files
+  report     print the cost report from the ledger
+  demo       run a scripted agent session against a fake Anthropic API
+  version    print the version
+
+Flags of serve:
+`
+
 // parseConfig reads flags (args) over environment over defaults.
 func parseConfig(name string, args []string, getenv func(string) string, specs []flagSpec) (*config, *flag.FlagSet, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	if name == "ctxproxy" {
+		fs.Usage = func() {
+			fmt.Fprint(fs.Output(), usageHead)
+			fs.PrintDefaults()
+		}
+	}
 	vals := map[string]*string{}
 	for _, s := range specs {
 		def := s.def

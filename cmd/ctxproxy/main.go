@@ -40,6 +40,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		case "--version", "-version", "version":
 			fmt.Fprintln(stdout, "ctxproxy", version)
 			return 0
+		case "migrate":
+			return runMigrate(ctx, args[1:], stdout, stderr, getenv)
 		case "validate":
 			return runValidate(args[1:], stdout, stderr, getenv)
 		case "report":

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ctxproxy/ctxproxy/internal/pgmigrate"
+	"github.com/ctxproxy/ctxproxy/memoryhook/pgstore"
+	"github.com/ctxproxy/ctxproxy/tokens"
+)
+
+// migrateTargets are the databases `ctxproxy migrate` brings up to date: the
+// serve flag that names each, and the schemas the store opened from that flag
+// applies at start (the same lists, so migrate and a starting server never
+// disagree). A part with a database URL of its own adds a row here.
+var migrateTargets = []struct {
+	flag    string
+	schemas []pgmigrate.Schema
+}{
+	{"memory-store", pgstore.Schemas},
+	{"ledger", tokens.PGSchemas},
+}
+
+// runMigrate applies every PostgreSQL schema the server needs, for the
+// --memory-store and --ledger that are postgres:// URLs (the server's flags,
+// env twins and defaults), and exits non-zero with the cause when it cannot.
+// Servers also migrate at start; this runs it before a rollout.
+func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	fs := flag.NewFlagSet("ctxproxy migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: ctxproxy migrate [--memory-store URL] [--ledger URL]\n\n"+
+			"Applies the PostgreSQL schemas of the memory store and the ledger, under the advisory lock\n"+
+			"the servers use; a file store or file ledger needs none.\n\n")
+		fs.PrintDefaults()
+	}
+	vals := map[string]*string{}
+	for _, t := range migrateTargets {
+		s := serveFlag(t.flag)
+		vals[t.flag] = fs.String(s.name, envOr(getenv, s.env, s.def), fmt.Sprintf("%s (env %s)", s.usage, s.env))
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "ctxproxy migrate: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	migrated := 0
+	for _, t := range migrateTargets {
+		url := *vals[t.flag]
+		if !isPostgresURL(url) {
+			continue
+		}
+		migrated++
+		res, where, err := migrateURL(ctx, url, t.schemas)
+		for _, a := range res {
+			fmt.Fprintf(stdout, "--%s %s: schema %s at version %d (was %d)\n", t.flag, where, a.Schema, a.To, a.From)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "ctxproxy migrate: --%s %s: %v\n", t.flag, where, err)
+			return 1
+		}
+	}
+	if migrated == 0 {
+		fmt.Fprintln(stdout, "nothing to migrate: neither --memory-store nor --ledger is a postgres:// URL")
+	}
+	return 0
+}
+
+// migrateURL applies schemas to the database at url; where names it without
+// the password.
+func migrateURL(ctx context.Context, url string, schemas []pgmigrate.Schema) (res []pgmigrate.Applied, where string, err error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgx's message may quote the URL, password included.
+		return nil, "(unparsable URL)", errors.New("invalid connection string")
+	}
+	where = fmt.Sprintf("%s@%s:%d/%s", cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
+	if cfg.ConnConfig.ConnectTimeout <= 0 {
+		cfg.ConnConfig.ConnectTimeout = 10 * time.Second // a Job must fail, not hang, on a wrong host
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = "ctxproxy-migrate"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, where, err
+	}
+	defer pool.Close()
+	res, err = pgmigrate.Apply(ctx, pool, schemas...)
+	return res, where, err
+}
+
+func isPostgresURL(s string) bool {
+	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
+}
+
+// serveFlag is the serve flag called name.
+func serveFlag(name string) flagSpec {
+	for _, s := range serveFlags {
+		if s.name == name {
+			return s
+		}
+	}
+	panic("no serve flag " + name)
+}
