@@ -35,10 +35,14 @@ func TestComposeFilePassesOnlyRealFlagsAndEnv(t *testing.T) {
 			continue // not ctxproxy
 		}
 		replicas++
-		if len(svc.Command) == 0 {
-			t.Errorf("%s: no command", name)
+		if len(svc.Command) == 0 || svc.Command[0] != "serve" {
+			t.Errorf("%s: command %q, want serve first", name, svc.Command)
+			continue
 		}
-		for _, arg := range svc.Command {
+		if v := svc.Environment["CTXPROXY_ADMIN_TOKEN"]; v != "" && v != "${CTXPROXY_ADMIN_TOKEN:-}" {
+			t.Errorf("%s: CTXPROXY_ADMIN_TOKEN is %q: /admin must stay off until the operator sets a token", name, v)
+		}
+		for _, arg := range svc.Command[1:] {
 			if !strings.HasPrefix(arg, "--") {
 				t.Errorf("%s: argument %q is not a --flag=value", name, arg)
 				continue
@@ -53,11 +57,38 @@ func TestComposeFilePassesOnlyRealFlagsAndEnv(t *testing.T) {
 				t.Errorf("%s: environment variable %s does not exist", name, k)
 			}
 		}
-		if _, _, err := parseConfig("ctxproxy", svc.Command, func(k string) string { return svc.Environment[k] }, serveFlags); err != nil {
+		if _, _, err := parseConfig("ctxproxy", svc.Command[1:], func(k string) string { return svc.Environment[k] }, serveFlags); err != nil {
 			t.Errorf("%s: ctxproxy would refuse its command line: %v", name, err)
 		}
 	}
 	if replicas != 2 {
 		t.Errorf("compose file runs %d ctxproxy replicas, want 2", replicas)
+	}
+}
+
+// The image keeps the file memory store and the file ledger on a volume, and
+// the build context leaves local state and npm trees out.
+func TestDockerImageKeepsStateOnAVolume(t *testing.T) {
+	df, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`VOLUME ["/data"]`, "CTXPROXY_MEMORY_DIR=/data/memories", "CTXPROXY_LEDGER=file:/data/ledger.jsonl", "USER nonroot"} {
+		if !strings.Contains(string(df), want) {
+			t.Errorf("Dockerfile lacks %s", want)
+		}
+	}
+	ign, err := os.ReadFile("../../.dockerignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := map[string]bool{}
+	for _, l := range strings.Split(string(ign), "\n") {
+		lines[strings.TrimSpace(l)] = true
+	}
+	for _, want := range []string{".git", "data/", "**/node_modules"} {
+		if !lines[want] {
+			t.Errorf(".dockerignore lacks %s", want)
+		}
 	}
 }
