@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
 	"gopkg.in/yaml.v3"
 )
 
@@ -326,7 +327,7 @@ const maxTenantLen = 63
 func (ps *parser) policy(n *yaml.Node, isDefault bool) *Policy {
 	p := &Policy{
 		Line:              n.Line,
-		ContextManagement: ContextManagement{Mode: CMDefault},
+		ContextManagement: ContextManagement{Mode: CMDefault, Threads: DefaultThreads},
 		Memory: Memory{
 			Mode:          MemoryOff,
 			MaxIterations: DefaultMaxIterations,
@@ -438,7 +439,7 @@ func (ps *parser) contextManagement(n *yaml.Node, cm *ContextManagement) {
 	if isNull(n) {
 		return
 	}
-	ps.fields(n, "context_management", []string{"mode", "clear_thinking", "clear_tool_uses"}, func(key string, k, v *yaml.Node) {
+	ps.fields(n, "context_management", []string{"mode", "clear_thinking", "clear_tool_uses", "compact", "threads"}, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "mode":
 			s, ok := ps.str(v, "context_management.mode")
@@ -465,8 +466,74 @@ func (ps *parser) contextManagement(n *yaml.Node, cm *ContextManagement) {
 				return
 			}
 			cm.ClearToolUses = ps.clearToolUses(v)
+		case "compact":
+			if isNull(v) {
+				return
+			}
+			cm.Compact = ps.compact(v)
+		case "threads":
+			s, ok := ps.str(v, "context_management.threads")
+			if !ok {
+				return
+			}
+			switch t := ThreadsMode(s); t {
+			case ThreadsPass, ThreadsUnthreadEdits:
+				cm.Threads = t
+			default:
+				ps.add(v.Line, "context_management.threads must be pass or unthread_edits, got %q", s)
+			}
 		}
 	})
+}
+
+// compact reads context_management.compact: the rules are the API's for compact_20260112
+// (trigger only input_tokens, at least 50,000), checked here so a bad policy fails at load
+// rather than on every request.
+func (ps *parser) compact(n *yaml.Node) *Compact {
+	const where = "context_management.compact"
+	c := &Compact{Models: DefaultCompactModels}
+	ps.fields(n, where, []string{"trigger", "instructions", "pause_after_compaction", "models"}, func(key string, _, v *yaml.Node) {
+		w := where + "." + key
+		switch key {
+		case "trigger":
+			c.Trigger = ps.threshold(v, w, []string{"input_tokens"}, MinCompactTrigger)
+		case "instructions":
+			if isNull(v) {
+				return
+			}
+			s, ok := ps.str(v, w)
+			if !ok {
+				return
+			}
+			if strings.TrimSpace(s) == "" {
+				// The API takes an empty prompt as none; say so rather than send it.
+				ps.add(v.Line, "%s is empty; leave it out to use the API's summarization prompt", w)
+				return
+			}
+			c.Instructions = &s
+		case "pause_after_compaction":
+			c.PauseAfterCompaction, _ = ps.bool(v, w)
+		case "models":
+			if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
+				ps.add(v.Line, "%s must be a non-empty list of model names or prefixes, got %s", w, describe(v))
+				return
+			}
+			var models []string
+			for i, item := range v.Content {
+				s, ok := ps.str(resolve(item), fmt.Sprintf("%s[%d]", w, i))
+				if !ok {
+					continue
+				}
+				if strings.TrimSpace(s) != s || s == "" {
+					ps.add(item.Line, "%s[%d]: %q is not a model name", w, i, s)
+					continue
+				}
+				models = append(models, s)
+			}
+			c.Models = models
+		}
+	})
+	return c
 }
 
 func (ps *parser) thinkingKeep(n *yaml.Node) *ThinkingKeep {
@@ -777,26 +844,55 @@ func (p *Policy) render() error {
 		}
 		p.clearToolUsesJSON = append(b, '}')
 	}
+	if c := cm.Compact; c != nil {
+		b := []byte(`{"type":"` + EditCompact + `"`)
+		if t := c.Trigger; t != nil {
+			b = append(b, `,"trigger":{"type":"input_tokens","value":`...)
+			b = strconv.AppendInt(b, t.Value, 10)
+			b = append(b, '}')
+		}
+		if c.Instructions != nil {
+			b = append(b, `,"instructions":`...)
+			b = jsonstr.Append(b, *c.Instructions)
+		}
+		p.compactJSON = append(append([]byte(nil), b...), `,"pause_after_compaction":false}`...)
+		if c.PauseAfterCompaction {
+			p.compactPauseJSON = append(b, `,"pause_after_compaction":true}`...)
+		}
+	}
 	for i, thinking := range []bool{false, true} {
-		var te tenantEdits
-		if thinking && p.clearThinkingJSON != nil {
-			te.edits = append(te.edits, clientEdit{typ: EditClearThinking, raw: string(p.clearThinkingJSON)})
-		}
-		if p.clearToolUsesJSON != nil {
-			te.edits = append(te.edits, clientEdit{typ: EditClearToolUses, raw: string(p.clearToolUsesJSON)})
-		}
-		if len(te.edits) > 0 {
-			te.array = "[" + te.edits[0].raw
-			for _, e := range te.edits[1:] {
-				te.array += "," + e.raw
+		for j, compact := range [][]byte{nil, p.compactJSON, p.compactPauseJSON} {
+			if j > 0 && compact == nil {
+				continue
 			}
-			te.array += "]"
+			p.tenant[i][j] = p.renderEdits(thinking, compact)
 		}
-		for _, e := range te.edits {
-			te.types = append(te.types, e.typ)
-		}
-		te.types = te.types[:len(te.types):len(te.types)]
-		p.tenant[i] = te
 	}
 	return nil
+}
+
+// renderEdits is the tenant's edits for one thinking state, with compact (nil: none) last.
+func (p *Policy) renderEdits(thinking bool, compact []byte) tenantEdits {
+	var te tenantEdits
+	if thinking && p.clearThinkingJSON != nil {
+		te.edits = append(te.edits, clientEdit{typ: EditClearThinking, raw: string(p.clearThinkingJSON)})
+	}
+	if p.clearToolUsesJSON != nil {
+		te.edits = append(te.edits, clientEdit{typ: EditClearToolUses, raw: string(p.clearToolUsesJSON)})
+	}
+	if compact != nil {
+		te.edits = append(te.edits, clientEdit{typ: EditCompact, raw: string(compact)})
+	}
+	if len(te.edits) > 0 {
+		te.array = "[" + te.edits[0].raw
+		for _, e := range te.edits[1:] {
+			te.array += "," + e.raw
+		}
+		te.array += "]"
+	}
+	for _, e := range te.edits {
+		te.types = append(te.types, e.typ)
+	}
+	te.types = te.types[:len(te.types):len(te.types)]
+	return te
 }

@@ -39,7 +39,40 @@ const (
 	EditClearToolUses     = "clear_tool_uses_20250919"
 	MemoryToolType        = "memory_20250818"
 	MemoryToolName        = "memory"
+	// EditCompact is server-side compaction (shared/spec/compaction.md §1.2); it needs BetaCompact.
+	EditCompact = "compact_20260112"
+	BetaCompact = "compact-2026-01-12"
+	// MinCompactTrigger is the lowest trigger the API accepts for compact_20260112.
+	MinCompactTrigger = 50000
 )
+
+// ThreadsMode says what ctxproxy does with a threaded request (thread create or continue) to
+// which the policy adds context_management edits. Whether the API accepts edits in threads is
+// unverified (shared/spec/api-2026.md §3.2): it may answer 400 thread_unsupported_request.
+type ThreadsMode string
+
+const (
+	// ThreadsPass forwards the request with its edits; a 400 thread_unsupported_request from the
+	// API reaches the client unchanged and the SDK runners go on unthreaded.
+	ThreadsPass ThreadsMode = "pass"
+	// ThreadsUnthreadEdits answers such a request with that same 400 before any upstream call,
+	// so the SDK runners go on unthreaded without a wasted round trip. The default: the edits
+	// stay in force on every request that reaches the model, and no upstream call is spent
+	// finding out (pass spends one per run when the API refuses edits in threads).
+	ThreadsUnthreadEdits ThreadsMode = "unthread_edits"
+)
+
+// DefaultThreads is context_management.threads when a policy does not set it.
+const DefaultThreads = ThreadsUnthreadEdits
+
+// DefaultCompactModels are the models compact_20260112 is written for when a policy lists none:
+// those the docs named as supporting compaction by Aug 2026 (shared/spec/compaction.md §1.1;
+// Haiku is not among them). Matched as prices are: exact, or followed by '-' or '@'.
+var DefaultCompactModels = []string{
+	"claude-opus-4-6", "claude-opus-4-7", "claude-opus-4-8", "claude-opus-5",
+	"claude-sonnet-4-6", "claude-sonnet-5",
+	"claude-fable-5", "claude-mythos-5", "claude-mythos-preview",
+}
 
 // Defaults for fields a policy file may omit.
 const (
@@ -72,8 +105,11 @@ type Policy struct {
 	// clearToolUsesJSON already lists "memory" in exclude_tools when memory is not off.
 	clearThinkingJSON []byte
 	clearToolUsesJSON []byte
-	// What Rewrite writes for requests with thinking off [0] and on [1], built by render.
-	tenant [2]tenantEdits
+	compactJSON       []byte // pause_after_compaction false
+	compactPauseJSON  []byte // pause_after_compaction true: only for clients that asked for it
+	// What Rewrite writes for requests with thinking off [0] and on [1], and without the compact
+	// edit [0], with it [1] or with it pausing [2], built by render.
+	tenant [2][3]tenantEdits
 }
 
 // tenantEdits is the tenant's edits for one thinking state, ready to splice.
@@ -88,6 +124,33 @@ type ContextManagement struct {
 	Mode          CMMode
 	ClearThinking *ClearThinking // nil: never add this edit
 	ClearToolUses *ClearToolUses // nil: never add this edit
+	Compact       *Compact       // nil: never add compact_20260112
+	Threads       ThreadsMode
+}
+
+// Compact configures compact_20260112, written after the clearing edits (the API's order rule for
+// it is unverified; clear_thinking must be first, so compact goes last).
+type Compact struct {
+	Trigger      *Threshold // input_tokens, at least MinCompactTrigger; nil: the API's default
+	Instructions *string    // replaces the API's summarization prompt; nil: left out
+	// PauseAfterCompaction lets a client that asked for the pause (its own compact edit with
+	// pause_after_compaction: true) keep it; a client that did not ask never gets it, since a
+	// client unaware of stop_reason "compaction" would stop there.
+	PauseAfterCompaction bool
+	Models               []string // models the edit is written for; DefaultCompactModels when unset
+}
+
+// CompactFor reports whether the compact edit is written for model.
+func (c *Compact) CompactFor(model string) bool {
+	if c == nil || model == "" {
+		return false
+	}
+	for _, m := range c.Models {
+		if strings.HasPrefix(model, m) && (len(model) == len(m) || model[len(m)] == '-' || model[len(m)] == '@') {
+			return true
+		}
+	}
+	return false
 }
 
 // ClearThinking configures clear_thinking_20251015.
@@ -154,7 +217,7 @@ func (p *Policy) MemoryOn() bool {
 // TenantEdits returns the JSON array of edits the tenant writes for a request with or without
 // extended thinking ("" when none), e.g. for logs and the validate command.
 func (p *Policy) TenantEdits(thinking bool) string {
-	return p.tenant[b2i(thinking)].array
+	return p.tenant[b2i(thinking)][0].array
 }
 
 func b2i(b bool) int {
@@ -190,8 +253,18 @@ func (p *Policy) Summary() string {
 		}
 		edits = append(edits, e)
 	}
+	if c := p.ContextManagement.Compact; c != nil {
+		e := "compact"
+		if c.Trigger != nil {
+			e += fmt.Sprintf(" at %d input_tokens", c.Trigger.Value)
+		}
+		edits = append(edits, e)
+	}
 	if len(edits) > 0 {
 		fmt.Fprintf(&b, " [%s]", strings.Join(edits, ", "))
+	}
+	if p.ContextManagement.Mode != CMOff && p.ContextManagement.Threads != DefaultThreads {
+		fmt.Fprintf(&b, ", threads %s", p.ContextManagement.Threads)
 	}
 	fmt.Fprintf(&b, ", memory %s", p.Memory.Mode)
 	if p.Upstream.Retries > 0 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
@@ -16,6 +17,7 @@ type RequestError struct {
 	Status  int
 	Type    string
 	Message string
+	Details string // raw JSON object sent as error.details; "" for none
 }
 
 func (e *RequestError) Error() string { return e.Type + ": " + e.Message }
@@ -26,6 +28,10 @@ func (e *RequestError) JSON() []byte {
 	b = strconv.AppendQuote(b, e.Type)
 	b = append(b, `,"message":`...)
 	b = jsonstr.Append(b, e.Message)
+	if e.Details != "" {
+		b = append(b, `,"details":`...)
+		b = append(b, e.Details...)
+	}
 	return append(b, `}}`...)
 }
 
@@ -40,6 +46,8 @@ type RewriteInfo struct {
 	MemoryAdded    bool     // the memory tool was appended to tools
 	MemoryDeclared bool     // the client declared the memory tool itself
 	BetaAdded      bool     // context-management beta merged into anthropic-beta (was missing)
+	Compact        bool     // the body ends up with a compact_20260112 edit
+	OnDemand       bool     // the body has a top-level compaction (on-demand compaction request)
 	Thinking       bool     // the request turns extended thinking on (enabled or adaptive)
 	ThreadContinue bool     // thread.type == "continue" (spec §9)
 	Threaded       bool     // thread.type is "create" or "continue": the API holds the conversation
@@ -128,7 +136,7 @@ func (p *Policy) rewrite(body []byte, h http.Header, countTokens bool) ([]splice
 		return nil, info, badRequest("request body must be a JSON object, got %s", jsonKind(s[start]))
 	}
 
-	var cm, tools, thinking, thread member
+	var cm, tools, thinking, thread, messages, compaction member
 	var dup string
 	dupFound := false // the duplicate may be the empty key
 	var kbuf [16]string
@@ -159,6 +167,10 @@ members:
 			m = &thinking
 		case "thread":
 			m = &thread
+		case "messages":
+			m = &messages
+		case "compaction":
+			m = &compaction
 		case "model":
 			// Read here, in the pass that validates the body, so the proxy needs no
 			// pass of its own (a missing key costs gjson a walk of the whole body).
@@ -188,6 +200,7 @@ members:
 		info.ThreadContinue = t == "continue"
 		info.Threaded = t == "create" || t == "continue"
 	}
+	info.OnDemand = compaction.found && compaction.val.Type != gjson.Null
 	if p == nil {
 		info.Edits = editTypes(cm)
 		return nil, info, nil
@@ -201,10 +214,13 @@ members:
 
 	// 1. context_management.edits.
 	hasCM := cm.found && cm.val.Type != gjson.Null
-	if p.ContextManagement.Mode == CMOff {
+	if p.ContextManagement.Mode == CMOff || info.OnDemand {
+		// An on-demand compaction request cannot carry context_management (compaction.md
+		// §1.2): nothing of it is added, the client's is left as sent.
 		info.Edits = editTypes(cm)
 	} else {
-		r, err := p.rewriteEdits(s, cm, info.Thinking)
+		compact := p.ContextManagement.Compact.CompactFor(info.Model) && !signedCompactionFirst(messages)
+		r, err := p.rewriteEdits(s, cm, info.Thinking, compact)
 		if err != nil {
 			return nil, info, err
 		}
@@ -222,6 +238,9 @@ members:
 			info.EditsWritten = true
 		}
 		hasCM = r.hasCM
+		if info.Threaded && len(r.types) > 0 && info.EditsWritten && p.ContextManagement.Threads == ThreadsUnthreadEdits {
+			return nil, info, threadUnsupported()
+		}
 		if r.remove {
 			del, sole := deleteMember(s, cm)
 			ops = append(ops, del)
@@ -229,8 +248,20 @@ members:
 		}
 	}
 
+	for _, t := range info.Edits {
+		if t == EditCompact {
+			info.Compact = true
+		}
+	}
+
 	// 2. The memory tool.
 	if p.MemoryOn() {
+		// A mid-conversation tool_addition that defines the memory tool declares it: adding it
+		// to tools too would clash (tool_name_conflict). A tool_removal of it, or a compaction
+		// block's tool_changes, is left to stand: tools is the starting set, kept the same on
+		// every request so the prompt cache and tool_changes stay valid.
+		inline := memoryAdded(s, messages)
+		info.MemoryDeclared = inline
 		switch {
 		case tools.found && tools.val.Type != gjson.Null:
 			if !tools.val.IsArray() {
@@ -273,7 +304,7 @@ members:
 				ops = append(ops, splice{start: at, end: at, pre: sep, data: memoryToolJSON})
 				info.MemoryAdded = true
 			}
-		case info.ThreadContinue:
+		case info.ThreadContinue || inline:
 			// The thread's tool set applies; a tools array here would replace it (spec §9).
 		case tools.found: // "tools": null
 			ops = append(ops, splice{start: tools.val.Index, end: tools.end(), data: "[" + memoryToolJSON + "]"})
@@ -298,6 +329,9 @@ members:
 	// 3. The beta header.
 	if h != nil && (hasCM || info.MemoryAdded || info.MemoryDeclared) {
 		info.BetaAdded = MergeBeta(h, BetaContextManagement)
+	}
+	if h != nil && info.Compact {
+		MergeBeta(h, BetaCompact)
 	}
 	if len(ops) == 0 {
 		return nil, info, nil
@@ -326,7 +360,7 @@ type clientEdit struct {
 	raw string // possibly rewritten (memory added to exclude_tools)
 }
 
-func (p *Policy) rewriteEdits(s string, cm member, thinking bool) (editsResult, error) {
+func (p *Policy) rewriteEdits(s string, cm member, thinking, compact bool) (editsResult, error) {
 	var r editsResult
 	var edits member
 	cmPresent := cm.found && cm.val.Type != gjson.Null
@@ -444,8 +478,7 @@ func (p *Policy) rewriteEdits(s string, cm member, thinking bool) (editsResult, 
 			newArr = unsafe.String(unsafe.SliceData(b), len(b))
 		}
 	} else {
-		te := &p.tenant[b2i(thinking)]
-		out, r.types, newArr = te.edits, te.types, te.array
+		out, r.types, newArr = p.enforcedEdits(client, thinking, compact)
 		if editsPresent && (newArr == edits.val.Raw || (len(out) == 0 && len(client) == 0)) {
 			// The client already sent exactly these edits (or an empty list and we have none).
 			r.hasCM = cmPresent
@@ -487,6 +520,39 @@ func (p *Policy) rewriteEdits(s string, cm member, thinking bool) (editsResult, 
 		r.topInsert = splice{pre: `"context_management":{"edits":`, data: newArr, post: "}"}
 	}
 	return r, nil
+}
+
+// enforcedEdits is what the tenant writes in place of the client's edits: its pre-rendered edits,
+// with compact when it applies (pausing only when the client asked for the pause and the policy
+// lets it). A client's own compact_20260112 is kept when the tenant writes none: a request that
+// replays a compaction block may be refused without the edit (unverified, compaction.md §1.3), so
+// ctxproxy never strips it.
+func (p *Policy) enforcedEdits(client []clientEdit, thinking, compact bool) ([]clientEdit, []string, string) {
+	var clientCompact *clientEdit
+	for i := range client {
+		if client[i].typ == EditCompact {
+			clientCompact = &client[i]
+		}
+	}
+	c := 0
+	if compact {
+		c = 1
+		if clientCompact != nil && p.ContextManagement.Compact.PauseAfterCompaction &&
+			gjson.Get(clientCompact.raw, "pause_after_compaction").Type == gjson.True {
+			c = 2
+		}
+	}
+	te := &p.tenant[b2i(thinking)][c]
+	if c > 0 || clientCompact == nil {
+		return te.edits, te.types, te.array
+	}
+	out := append(append(make([]clientEdit, 0, len(te.edits)+1), te.edits...), *clientCompact)
+	types := append(append(make([]string, 0, len(out)), te.types...), EditCompact)
+	arr := "[" + clientCompact.raw + "]"
+	if te.array != "" {
+		arr = te.array[:len(te.array)-1] + "," + clientCompact.raw + "]"
+	}
+	return out, types, arr
 }
 
 // excludeMemory makes sure a clear_tool_uses edit lists "memory" in exclude_tools, so the memory
@@ -660,4 +726,62 @@ func jsonKind(c byte) string {
 	default:
 		return "a number"
 	}
+}
+
+// threadUnsupported is the API's own answer to a threaded request it cannot serve
+// (shared/spec/api-2026.md §3.2), given by ctxproxy for context.threads: unthread_edits so the
+// SDK runners go on unthreaded exactly as they would after the API's.
+func threadUnsupported() *RequestError {
+	return &RequestError{
+		Status: http.StatusBadRequest, Type: "invalid_request_error",
+		Message: "this tenant's policy adds context_management edits, which threads do not take " +
+			"(context_management.threads: unthread_edits); resend the request without thread",
+		Details: `{"error_code":"thread_unsupported_request","unsupported":["context_management"]}`,
+	}
+}
+
+// signedCompactionFirst reports whether messages begins with a signed (on-demand) compaction
+// block: the API takes no compact edit with one (compaction.md §1.3, "Do not mix the two forms").
+func signedCompactionFirst(messages member) bool {
+	if !messages.found || !messages.val.IsArray() {
+		return false
+	}
+	b := gjson.Get(messages.val.Raw, "0.content.0") // walks the first message only
+	if !b.IsObject() || b.Get("type").Str != "compaction" {
+		return false
+	}
+	sig := b.Get("signature")
+	return sig.Type == gjson.String && sig.Str != ""
+}
+
+// memoryAdded reports whether a mid-conversation system message adds the memory tool with a
+// tool_addition block (a definition of it, or a reference to it by name).
+func memoryAdded(s string, messages member) bool {
+	if !messages.found || !messages.val.IsArray() {
+		return false
+	}
+	raw := s[messages.val.Index:messages.end()]
+	if !strings.Contains(raw, `"tool_addition"`) { // the common case: no walk of a large body
+		return false
+	}
+	found := false
+	gjson.Parse(raw).ForEach(func(_, m gjson.Result) bool {
+		if m.Get("role").Str != "system" {
+			return true
+		}
+		m.Get("content").ForEach(func(_, b gjson.Result) bool {
+			if b.Get("type").Str != "tool_addition" {
+				return true
+			}
+			t := b.Get("tool")
+			name := t.Get("name").Str
+			if t.Get("type").Str == "tool_definition" {
+				name = t.Get("definition.name").Str
+			}
+			found = name == MemoryToolName
+			return !found
+		})
+		return !found
+	})
+	return found
 }

@@ -150,8 +150,15 @@ func formatHeaders(h http.Header) string {
 }
 
 func formatInfo(i RewriteInfo) string {
-	return fmt.Sprintf("edits: %s\nedits_written: %v\nmemory_added: %v\nmemory_declared: %v\nbeta_added: %v\nthinking: %v\nthread_continue: %v",
+	s := fmt.Sprintf("edits: %s\nedits_written: %v\nmemory_added: %v\nmemory_declared: %v\nbeta_added: %v\nthinking: %v\nthread_continue: %v",
 		strings.Join(i.Edits, ", "), i.EditsWritten, i.MemoryAdded, i.MemoryDeclared, i.BetaAdded, i.Thinking, i.ThreadContinue)
+	if i.Compact {
+		s += "\ncompact: true"
+	}
+	if i.OnDemand {
+		s += "\non_demand: true"
+	}
+	return s
 }
 
 func TestRewriteGolden(t *testing.T) {
@@ -185,6 +192,9 @@ func TestRewriteGolden(t *testing.T) {
 					t.Fatalf("error %v is not a *RequestError", err)
 				}
 				gotErr = fmt.Sprintf("%d %s\n%s", re.Status, re.Type, re.Message)
+				if re.Details != "" {
+					gotErr += "\ndetails: " + re.Details
+				}
 				if !gjson.ValidBytes(re.JSON()) {
 					t.Errorf("RequestError.JSON() is not valid JSON: %s", re.JSON())
 				}
