@@ -35,8 +35,10 @@ func sha(s string) string {
 	return hex.EncodeToString(h[:])
 }
 
-// Policies the tests run with: acme enforces edits with memory proxy, beta
-// is a second proxy-memory tenant, default applies to unknown keys.
+// Policies the tests run with: acme enforces edits with memory proxy (and
+// forwards threaded requests with them, threads: pass), beta is a second
+// proxy-memory tenant (threads: the default, unthread_edits), default applies
+// to unknown keys.
 func testPolicies() map[string]string {
 	return map[string]string{
 		"default.yaml": `tenant: default
@@ -51,6 +53,7 @@ memory:
 api_keys_sha256: ["` + sha(keyAcme) + `"]
 context_management:
   mode: enforce
+  threads: pass
   clear_thinking:
     keep: { type: thinking_turns, value: 1 }
   clear_tool_uses:

@@ -42,6 +42,7 @@ func policies() map[string]string {
 		"default.yaml": stack.DefaultPolicy,
 		"agent.yaml": stack.TenantPolicy("agent", keys["agent"], `context_management:
   mode: enforce
+  threads: pass
   clear_thinking:
     keep: all
   clear_tool_uses:
