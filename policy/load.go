@@ -160,11 +160,20 @@ func parseFile(path, name string, data []byte) (*Policy, LoadErrors) {
 		}
 		root = root.Content[0]
 	}
-	p := ps.policy(root, name == "default.yaml" || name == "default.yml")
+	// A key pasted into a policy is reported before anything else reads the file, and alone:
+	// the other checks quote values.
+	if ps.findPastedKeys(root); len(ps.errs) > 0 {
+		return nil, ps.errs
+	}
+	isDefault := name == "default.yaml" || name == "default.yml"
+	p := ps.policy(root, isDefault)
 	if len(ps.errs) > 0 {
 		return nil, ps.errs
 	}
 	p.File = path
+	if ps.readUpstreamKey(p, filepath.Dir(path), isDefault); len(ps.errs) > 0 {
+		return nil, ps.errs
+	}
 	if err := p.render(); err != nil {
 		ps.add(p.Line, "%s", err.Error())
 		return nil, ps.errs
@@ -178,7 +187,7 @@ type parser struct {
 }
 
 func (ps *parser) add(line int, format string, args ...any) {
-	ps.errs = append(ps.errs, LoadError{File: ps.file, Line: line, Msg: fmt.Sprintf(format, args...)})
+	ps.errs = append(ps.errs, LoadError{File: ps.file, Line: line, Msg: redactKeys(fmt.Sprintf(format, args...))})
 }
 
 func resolve(n *yaml.Node) *yaml.Node {
@@ -761,8 +770,10 @@ func (ps *parser) upstream(n *yaml.Node, u *Upstream) {
 	if isNull(n) {
 		return
 	}
-	ps.fields(n, "upstream", []string{"retries", "retry_base_delay", "retry_max_delay"}, func(key string, _, v *yaml.Node) {
+	ps.fields(n, "upstream", []string{"retries", "retry_base_delay", "retry_max_delay", "api_key_env", "api_key_file"}, func(key string, _, v *yaml.Node) {
 		switch key {
+		case "api_key_env", "api_key_file":
+			ps.upstreamKeySource(key, v, u)
 		case "retries":
 			if x, ok := ps.int(v, "upstream.retries", 0); ok {
 				if x > MaxRetries {

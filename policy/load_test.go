@@ -119,7 +119,7 @@ upstream: { retries: 2, retry_base_delay: 1s, retry_max_delay: 3s }
 	if p.Memory.MaxIterations != 3 || p.Memory.Limits != (MemoryLimits{10, 20, 30, 40}) {
 		t.Errorf("memory: %+v", p.Memory)
 	}
-	if p.Upstream != (Upstream{2, time.Second, 3 * time.Second}) {
+	if u := p.Upstream; u.Retries != 2 || u.RetryBaseDelay != time.Second || u.RetryMaxDelay != 3*time.Second {
 		t.Errorf("upstream: %+v", p.Upstream)
 	}
 }

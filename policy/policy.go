@@ -207,6 +207,24 @@ type Upstream struct {
 	Retries        int
 	RetryBaseDelay time.Duration
 	RetryMaxDelay  time.Duration
+	// APIKeyEnv and APIKeyFile name where the tenant's own Anthropic key is read at load (at
+	// most one is set). A tenant with a key gets it sent upstream in place of whatever
+	// credential its clients present.
+	APIKeyEnv  string
+	APIKeyFile string
+	// apiKey is the key read from either: a pointer, so that printing a Policy with %+v shows an
+	// address, never the key.
+	apiKey  *string
+	keyLine int // line of api_key_env or api_key_file, for load errors
+}
+
+// UpstreamKey returns the tenant's own Anthropic key (upstream.api_key_env or api_key_file) and
+// whether the tenant has one. Never log or print it.
+func (p *Policy) UpstreamKey() (string, bool) {
+	if p == nil || p.Upstream.apiKey == nil {
+		return "", false
+	}
+	return *p.Upstream.apiKey, true
 }
 
 // MemoryOn reports whether the memory tool is added for this tenant.
@@ -269,6 +287,12 @@ func (p *Policy) Summary() string {
 	fmt.Fprintf(&b, ", memory %s", p.Memory.Mode)
 	if p.Upstream.Retries > 0 {
 		fmt.Fprintf(&b, ", %d retries", p.Upstream.Retries)
+	}
+	switch {
+	case p.Upstream.APIKeyEnv != "":
+		fmt.Fprintf(&b, ", upstream key from $%s", p.Upstream.APIKeyEnv)
+	case p.Upstream.APIKeyFile != "":
+		b.WriteString(", upstream key from a file")
 	}
 	return b.String()
 }
