@@ -116,6 +116,7 @@ type RequestJSON struct {
 	Path              string            `json:"path"`
 	Query             string            `json:"query"`
 	Header            http.Header       `json:"header"`
+	Credential        string            `json:"credential"`
 	Body              json.RawMessage   `json:"body"` // the body when it is JSON, else a JSON string of it
 	Model             string            `json:"model,omitempty"`
 	Stream            bool              `json:"stream"`
@@ -142,7 +143,7 @@ func (r *Request) toJSON() RequestJSON {
 		tools = json.RawMessage("null")
 	}
 	return RequestJSON{Seq: r.Seq, Time: r.Time, Method: r.Method, Path: r.Path, Query: r.RawQuery,
-		Header: r.Header, Body: body, Model: r.Model, Stream: r.Stream, CountTokens: r.CountTokens,
+		Header: r.Header, Credential: r.Credential, Body: body, Model: r.Model, Stream: r.Stream, CountTokens: r.CountTokens,
 		Betas: r.Betas, Thread: r.Thread, PreviousMessageID: r.PreviousMessageID, Messages: r.Messages,
 		Tools: tools, AssistantTurns: r.AssistantTurns, Status: r.Status, ReplyID: r.ReplyID,
 		Error: r.Error, Outcome: r.Outcome}

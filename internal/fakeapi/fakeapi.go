@@ -51,6 +51,11 @@ type Options struct {
 	// NoAuthCheck accepts requests without x-api-key / Authorization and
 	// without anthropic-version.
 	NoAuthCheck bool `json:"no_auth_check"`
+	// EchoHeaders repeats the request's headers in every reply, as a careless
+	// upstream might: as X-Fake-Echo-* reply headers, in every error's message
+	// and in the body of other /v1/ routes. It tests that a proxy lets no
+	// credential it sent upstream travel back to its client.
+	EchoHeaders bool `json:"echo_headers"`
 }
 
 // Option configures New.
@@ -94,6 +99,9 @@ type Request struct {
 	RawQuery string
 	Header   http.Header
 	Body     []byte // decoded (content-encoding undone)
+	// Credential is the key the request carried: x-api-key, else the
+	// Authorization Bearer token ("" if none).
+	Credential string
 
 	// Filled for /v1/messages and count_tokens when the body parsed.
 	Model             string
@@ -303,6 +311,9 @@ func (a *API) newID(prefix string) string {
 func (a *API) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	reqID := a.newID("req_fake_")
 	w.Header().Set("request-id", reqID)
+	if a.echoing() {
+		echoHeaders(w.Header(), req.Header)
+	}
 	p := req.URL.Path
 	switch {
 	case strings.HasPrefix(p, "/_fake/"):
@@ -386,13 +397,14 @@ func decodeBody(enc string, body []byte, limit int64) ([]byte, error) {
 
 func newRequest(a *API, req *http.Request, body []byte) *Request {
 	return &Request{
-		Seq:      a.seq.Add(1),
-		Time:     time.Now(),
-		Method:   req.Method,
-		Path:     req.URL.Path,
-		RawQuery: req.URL.RawQuery,
-		Header:   req.Header.Clone(),
-		Body:     body,
+		Seq:        a.seq.Add(1),
+		Time:       time.Now(),
+		Method:     req.Method,
+		Path:       req.URL.Path,
+		RawQuery:   req.URL.RawQuery,
+		Header:     req.Header.Clone(),
+		Body:       body,
+		Credential: credential(req.Header),
 	}
 }
 
@@ -423,12 +435,22 @@ func errorBody(e *APIError, reqID string) []byte {
 	return append(b, '}')
 }
 
+// echoing reports Options.EchoHeaders.
+func (a *API) echoing() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.opts.EchoHeaders
+}
+
 func (a *API) servePassthrough(w http.ResponseWriter, req *http.Request, reqID string) {
 	body, st, e := a.readBody(req)
 	r := newRequest(a, req, body)
 	a.record(r)
 	if e != nil {
 		a.finish(r, st, "", e)
+		if a.echoing() {
+			e = withEcho(e, req.Header)
+		}
 		writeError(w, st, e, reqID)
 		return
 	}
@@ -451,6 +473,10 @@ func (a *API) servePassthrough(w http.ResponseWriter, req *http.Request, reqID s
 		b = jsonstr.Append(b, req.URL.RawQuery)
 		b = append(b, `,"body_bytes":`...)
 		b = strconv.AppendInt(b, int64(len(body)), 10)
+		if a.echoing() {
+			b = append(b, `,"headers":`...)
+			b = jsonstr.Append(b, headerText(req.Header))
+		}
 		out = append(b, '}')
 	}
 	a.finish(r, 200, "", nil)

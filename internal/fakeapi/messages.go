@@ -80,6 +80,9 @@ func (a *API) setOutcome(r *Request, o string) {
 }
 
 func (a *API) answerError(w http.ResponseWriter, req *http.Request, r *Request, status int, e *APIError, reqID string) {
+	if a.echoing() {
+		e = withEcho(e, req.Header)
+	}
 	a.finish(r, status, "", e)
 	a.setOutcome(r, OutcomeError)
 	a.log.Debug("fakeapi rejected request", zap.String("path", r.Path), zap.Int("status", status), zap.String("message", e.Message))
@@ -252,6 +255,9 @@ func (a *API) serveReply(w http.ResponseWriter, req *http.Request, r *Request, p
 		}
 	}
 	if st, e, isErr := rep.errorParts(); isErr {
+		if opts.EchoHeaders {
+			e = withEcho(e, req.Header)
+		}
 		a.releaseThread(p, false)
 		a.finish(r, st, "", e)
 		a.setOutcome(r, OutcomeError)
