@@ -20,30 +20,33 @@ import (
 // exchange is one client request to /v1/messages or count_tokens and
 // everything the proxy learns while serving it.
 type exchange struct {
-	s       *Server
-	r       *http.Request
-	w       http.ResponseWriter
-	start   time.Time
-	pol     *policy.Policy // nil: no policy applies; forwarded untouched
-	tenant  string
-	keyID   string
-	header  http.Header // upstream request headers (beta merged), read-only once built
-	lease   *bodyLease  // the client's body buffer, when pooled
-	parts   [][]byte    // first upstream request body, in pieces that alias the client's
-	body    []byte      // the same joined, in memory proxy mode (the loop edits it)
-	info    policy.RewriteInfo
-	model   string
-	stream  bool
-	memory  bool // memory.mode proxy: the proxy runs memory calls
-	retry   retryPolicy
-	wrote   bool // a memory command wrote: no retries from here on
-	status  int
-	calls   int
-	upDur   time.Duration
-	bytesIn int64
-	outN    int64
-	memCmds int
-	usage   tokens.Usage
+	s      *Server
+	r      *http.Request
+	w      http.ResponseWriter
+	start  time.Time
+	pol    *policy.Policy // nil: no policy applies; forwarded untouched
+	tenant string
+	keyID  string
+	// upstreamKey is the tenant's own Anthropic key, sent in place of the
+	// client's credential and scrubbed from every reply; "" if none.
+	upstreamKey string
+	header      http.Header // upstream request headers (beta merged), read-only once built
+	lease       *bodyLease  // the client's body buffer, when pooled
+	parts       [][]byte    // first upstream request body, in pieces that alias the client's
+	body        []byte      // the same joined, in memory proxy mode (the loop edits it)
+	info        policy.RewriteInfo
+	model       string
+	stream      bool
+	memory      bool // memory.mode proxy: the proxy runs memory calls
+	retry       retryPolicy
+	wrote       bool // a memory command wrote: no retries from here on
+	status      int
+	calls       int
+	upDur       time.Duration
+	bytesIn     int64
+	outN        int64
+	memCmds     int
+	usage       tokens.Usage
 }
 
 func (s *Server) messages(w http.ResponseWriter, r *http.Request) { s.serve(w, r, false) }
@@ -94,16 +97,18 @@ func (x *exchange) readAndRewrite(countTokens bool) bool {
 		x.fail(http.StatusBadRequest, "invalid_request_error", "could not read request body: "+err.Error())
 		return false
 	}
-	key := apiKey(r.Header)
-	x.keyID = keyID(key)
-	set := s.cfg.Policies.Current()
-	pol, known := set.Lookup(key)
+	c := s.authenticate(r.Context(), r.Header)
+	x.keyID, x.upstreamKey = c.keyID, c.upstreamKey
+	pol, known := c.pol, c.known
 	if !known && s.cfg.RequireKnownTenant {
 		x.fail(http.StatusUnauthorized, "authentication_error", "the API key matches no ctxproxy tenant")
 		return false
 	}
 	x.pol = pol
 	x.header = upstreamHeader(r)
+	if c.upstreamKey != "" {
+		swapCredential(x.header, c.upstreamKey)
+	}
 	if pol != nil {
 		x.tenant = pol.Tenant
 		x.memory = pol.Memory.Mode == policy.MemoryProxy && !countTokens
@@ -187,6 +192,7 @@ func (x *exchange) roundTrip(ctx context.Context, body [][]byte) (*http.Response
 		x.upDur += time.Since(t0)
 		return nil, t0, err
 	}
+	scrubReply(resp, x.upstreamKey)
 	return resp, t0, nil
 }
 

@@ -130,7 +130,7 @@ func (s *Server) routes(rt http.RoundTripper) *mux.Router {
 	}
 	r.HandleFunc("/v1/messages", s.messages).Methods(http.MethodPost)
 	r.HandleFunc("/v1/messages/count_tokens", s.countTokens).Methods(http.MethodPost)
-	r.PathPrefix("/v1/").Handler(s.passthrough(rt))
+	r.PathPrefix("/v1/").Handler(s.authPassthrough(s.passthrough(rt)))
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})
@@ -147,6 +147,15 @@ func (s *Server) passthrough(rt http.RoundTripper) http.Handler {
 			// Keep the client's forwarding headers as they were: the proxy is
 			// meant to be invisible.
 			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+			if key := passthroughKey(pr.In); key != "" {
+				swapCredential(pr.Out.Header, key)
+				// The reply is scrubbed of the key: it must come readable.
+				pr.Out.Header.Set("Accept-Encoding", "identity")
+			}
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			scrubReply(resp, passthroughKey(resp.Request))
+			return nil
 		},
 		Transport:     rt,
 		FlushInterval: -1, // flush at once: some /v1/ routes stream
