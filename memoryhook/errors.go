@@ -27,6 +27,10 @@ var (
 	ErrExist    = errors.New("memoryhook: already exists")
 	ErrNotFile  = errors.New("memoryhook: not a regular file")
 	ErrSymlink  = errors.New("memoryhook: symbolic link on the path")
+	// ErrHardLink: a regular file with more than one link (planted from
+	// outside: the tool never makes one) shares its bytes with a name
+	// elsewhere, maybe outside the tenant; it is neither read nor written.
+	ErrHardLink = errors.New("memoryhook: file has other hard links")
 )
 
 // NotDirError is returned by a Backend when an ancestor that must be a

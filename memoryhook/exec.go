@@ -31,9 +31,22 @@ type Result struct {
 // official helpers would: the command's text, or "Error: " + the error
 // sentence with IsError (the TS tool runner's wrapping).
 func Exec(ctx context.Context, st Store, sc Scope, input []byte) Result {
+	r := exec(ctx, st, sc, input)
+	if r.Command != "view" || r.IsError { // a view's formatter cuts it, with a note on how to see the rest
+		r.Content = Bound(r.Content, sc.Limits.OrDefaults().MaxViewChars)
+	}
+	return r
+}
+
+func exec(ctx context.Context, st Store, sc Scope, input []byte) Result {
 	in := gjson.ParseBytes(input)
 	if !gjson.ValidBytes(input) || !in.IsObject() {
 		return fail("", errorf("The memory tool input must be a JSON object."))
+	}
+	if k, ok := duplicateKey(in); ok {
+		// gjson reads the first copy, other parsers (and a transcript's
+		// reader) the last: what runs would not be what an audit sees.
+		return fail("", errorf("The memory tool input has the key %q more than once.", k))
 	}
 	cmdv := in.Get("command")
 	if !cmdv.Exists() {
@@ -199,4 +212,19 @@ func (a *args) viewRange() []int {
 		return nil
 	}
 	return []int{start, end}
+}
+
+// duplicateKey returns a key the object has more than once (keys compared
+// unescaped, so "comm\u0061nd" is "command").
+func duplicateKey(obj gjson.Result) (dup string, found bool) {
+	seen := make(map[string]struct{}, 8)
+	obj.ForEach(func(k, _ gjson.Result) bool {
+		if _, ok := seen[k.Str]; ok {
+			dup, found = k.Str, true
+			return false
+		}
+		seen[k.Str] = struct{}{}
+		return true
+	})
+	return dup, found
 }

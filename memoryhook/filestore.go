@@ -185,6 +185,11 @@ func lwalk(r *os.Root, p Path) (walked, error) {
 }
 
 func (b *fileBackend) Stat(ctx context.Context, sc Scope, p Path) (Entry, error) {
+	e, err := b.stat(ctx, sc, p)
+	return e, raced(err, false)
+}
+
+func (b *fileBackend) stat(ctx context.Context, sc Scope, p Path) (Entry, error) {
 	r, err := b.open(ctx, sc.Tenant)
 	if err != nil {
 		return Entry{}, err
@@ -218,6 +223,9 @@ func readFile(r *os.Root, sc Scope, p Path) ([]byte, error) {
 	case !w.leaf.Mode().IsRegular():
 		return nil, ErrNotExist
 	}
+	if links(w.leaf) != 1 {
+		return nil, ErrHardLink
+	}
 	if err := sc.Limits.CheckRead(p, w.leaf.Size()); err != nil {
 		return nil, err
 	}
@@ -233,6 +241,9 @@ func readFile(r *os.Root, sc Scope, p Path) ([]byte, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
+	}
+	if fi.Mode().IsRegular() && links(fi) != 1 { // linked meanwhile
+		return nil, ErrHardLink
 	}
 	if !os.SameFile(fi, w.leaf) {
 		if fi.Mode().IsRegular() { // replaced by an atomic write meanwhile: fine
@@ -254,16 +265,30 @@ func readFile(r *os.Root, sc Scope, p Path) ([]byte, error) {
 	return data, nil
 }
 
+// links is a file's link count (1 where the system does not say).
+func links(fi fs.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Nlink)
+	}
+	return 1
+}
+
 func (b *fileBackend) ReadFile(ctx context.Context, sc Scope, p Path) ([]byte, error) {
 	r, err := b.open(ctx, sc.Tenant)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	return readFile(r, sc, p)
+	data, err := readFile(r, sc, p)
+	return data, raced(err, false)
 }
 
 func (b *fileBackend) List(ctx context.Context, sc Scope, p Path, depth int) ([]Entry, error) {
+	out, err := b.list(ctx, sc, p, depth)
+	return out, raced(err, false)
+}
+
+func (b *fileBackend) list(ctx context.Context, sc Scope, p Path, depth int) ([]Entry, error) {
 	r, err := b.open(ctx, sc.Tenant)
 	if err != nil {
 		return nil, err
@@ -340,27 +365,88 @@ func (t *tenantState) current(r *os.Root) (Usage, error) {
 }
 
 // treeUsage counts the regular files (bytes) and directories below and
-// including name, without following links.
+// including name (a directory or a file), without following links.
 func treeUsage(r *os.Root, name string) (Usage, error) {
-	var u Usage
-	err := fs.WalkDir(r.FS(), name, func(_ string, d fs.DirEntry, err error) error {
+	fi, err := r.Lstat(name)
+	if err != nil {
+		return Usage{}, err
+	}
+	u := Usage{Entries: 1}
+	switch {
+	case fi.Mode().IsRegular():
+		u.Bytes = fi.Size()
+	case !fi.IsDir():
+		u.Entries = 0
+	default:
+		err = walkTree(r, name, fi, func(fi fs.FileInfo, _, _ int) {
+			u.Entries++
+			if fi.Mode().IsRegular() {
+				u.Bytes += fi.Size()
+			} else if !fi.IsDir() {
+				u.Entries--
+			}
+		})
+	}
+	return u, err
+}
+
+// treeExtent measures how far directory name reaches below it.
+func treeExtent(r *os.Root, name string, fi fs.FileInfo) (Extent, error) {
+	var ext Extent
+	err := walkTree(r, name, fi, func(_ fs.FileInfo, depth, bytes int) {
+		ext.Depth, ext.Bytes = max(ext.Depth, depth), max(ext.Bytes, bytes)
+	})
+	return ext, err
+}
+
+// walkTree calls visit for every entry below directory name (fi is its
+// Lstat), with its depth below it (1 = a child) and the bytes its path adds
+// ("/child"). Each directory is opened once, relative to its parent, and
+// every entry Lstatted relative to its directory, so the walk costs the same
+// per entry at any depth (a walk by paths from the top costs the depth per
+// entry: quadratic in a deep tree). Links are never followed: a directory
+// that is not the one listed when it is opened is a link swapped in.
+func walkTree(r *os.Root, name string, fi fs.FileInfo, visit func(fi fs.FileInfo, depth, bytes int)) error {
+	return walkDir(r, name, fi, 1, 0, visit)
+}
+
+// walkDir walks directory name of parent; its entries are depth deep and
+// their paths add bytes + "/" + their name.
+func walkDir(parent *os.Root, name string, fi fs.FileInfo, depth, bytes int, visit func(fi fs.FileInfo, depth, bytes int)) error {
+	d, err := parent.OpenRoot(name)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if got, err := d.Stat("."); err != nil || !os.SameFile(fi, got) {
+		return ErrSymlink
+	}
+	f, err := d.Open(".")
+	if err != nil {
+		return err
+	}
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		fi, err := d.Lstat(name)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // removed meanwhile (not by a write of ours: they hold the lock)
+		}
 		if err != nil {
 			return err
 		}
-		switch {
-		case d.IsDir():
-			u.Entries++
-		case d.Type().IsRegular():
-			fi, err := d.Info()
-			if err != nil {
+		n := bytes + 1 + len(name)
+		visit(fi, depth, n)
+		if fi.IsDir() {
+			if err := walkDir(d, name, fi, depth+1, n, visit); err != nil {
 				return err
 			}
-			u.Entries++
-			u.Bytes += fi.Size()
 		}
-		return nil
-	})
-	return u, err
+	}
+	return nil
 }
 
 // write runs fn holding the tenant's lock with its current usage; fn
@@ -379,19 +465,41 @@ func (b *fileBackend) write(ctx context.Context, sc Scope, fn func(r *os.Root, u
 	defer r.Close()
 	u, err := t.current(r)
 	if err != nil {
-		return err
+		return raced(err, true) // a recount that met a link swapped in
 	}
 	after, err := fn(r, u)
 	if err != nil {
 		var me *Error
 		if !errors.As(err, &me) && !errors.Is(err, ErrExist) && !errors.Is(err, ErrNotExist) &&
-			!errors.Is(err, ErrNotFile) && !errors.Is(err, ErrSymlink) {
+			!errors.Is(err, ErrNotFile) && !errors.Is(err, ErrSymlink) && !errors.Is(err, ErrHardLink) {
 			t.known = false
 		}
-		return err
+		return raced(err, true)
 	}
 	t.usage = after
 	return nil
+}
+
+// raced names the errors a path changed after lwalk checked it gives: a
+// link swapped in (by someone outside: the tool makes none) makes os.Root
+// refuse to leave the tenant, or O_NOFOLLOW refuse the last component, or a
+// directory expected a component that is no longer one. Under the write
+// lock only an outsider changes the tree, so all of them are the link
+// refusal; a read may also race the tenant's own writes, where a directory
+// turned file means the path no longer exists.
+func raced(err error, write bool) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, syscall.ELOOP), escapes(err):
+		return ErrSymlink
+	case errors.Is(err, syscall.ENOTDIR):
+		if write {
+			return ErrSymlink
+		}
+		return ErrNotExist
+	}
+	return err
 }
 
 // mkdirs makes the missing ancestors of p, from w.have on.
@@ -460,6 +568,7 @@ func writeAtomic(ctx context.Context, r *os.Root, p Path, data []byte) (err erro
 
 func (b *fileBackend) Create(ctx context.Context, sc Scope, p Path, data []byte) error {
 	return b.write(ctx, sc, func(r *os.Root, u Usage) (Usage, error) {
+		before := u
 		w, err := lwalk(r, p)
 		switch {
 		case err != nil:
@@ -471,7 +580,7 @@ func (b *fileBackend) Create(ctx context.Context, sc Scope, p Path, data []byte)
 		}
 		u.Entries += len(p.elems) - w.have // new directories and the file
 		u.Bytes += int64(len(data))
-		if err := sc.Limits.CheckUsage(u); err != nil {
+		if err := sc.Limits.CheckChange(before, u); err != nil {
 			return u, err
 		}
 		if err := mkdirs(r, p, w.have); err != nil {
@@ -483,6 +592,7 @@ func (b *fileBackend) Create(ctx context.Context, sc Scope, p Path, data []byte)
 
 func (b *fileBackend) Update(ctx context.Context, sc Scope, p Path, edit func([]byte) ([]byte, error)) error {
 	return b.write(ctx, sc, func(r *os.Root, u Usage) (Usage, error) {
+		before := u
 		old, err := readFile(r, sc, p)
 		if err != nil {
 			return u, err
@@ -492,7 +602,7 @@ func (b *fileBackend) Update(ctx context.Context, sc Scope, p Path, edit func([]
 			return u, err
 		}
 		u.Bytes += int64(len(data)) - int64(len(old))
-		if err := sc.Limits.CheckUsage(u); err != nil {
+		if err := sc.Limits.CheckChange(before, u); err != nil {
 			return u, err
 		}
 		return u, writeAtomic(ctx, r, p, data)
@@ -523,6 +633,7 @@ func (b *fileBackend) Delete(ctx context.Context, sc Scope, p Path) error {
 
 func (b *fileBackend) Rename(ctx context.Context, sc Scope, from, to Path) error {
 	return b.write(ctx, sc, func(r *os.Root, u Usage) (Usage, error) {
+		before := u
 		wf, err := lwalk(r, from)
 		if err != nil {
 			return u, err
@@ -538,8 +649,17 @@ func (b *fileBackend) Rename(ctx context.Context, sc Scope, from, to Path) error
 		case wt.isFile:
 			return u, &NotDirError{Path: wt.notDir}
 		}
+		if wf.leaf.IsDir() && Grows(from, to) {
+			ext, err := treeExtent(r, rel(from), wf.leaf)
+			if err != nil {
+				return u, err
+			}
+			if err := CheckMove(from, to, ext); err != nil {
+				return u, err
+			}
+		}
 		u.Entries += len(to.elems) - 1 - wt.have
-		if err := sc.Limits.CheckUsage(u); err != nil {
+		if err := sc.Limits.CheckChange(before, u); err != nil {
 			return u, err
 		}
 		if err := mkdirs(r, to, wt.have); err != nil {
@@ -563,4 +683,15 @@ func (b *fileBackend) Ready(ctx context.Context) error {
 		return Unavailable("store directory not accessible", err)
 	}
 	return nil
+}
+
+// escapes reports os.Root's refusal to leave its directory (its error value
+// is unexported; TestSymlinkSwapRaceGivesTheSymlinkSentence pins the text).
+func escapes(err error) bool {
+	for ; err != nil; err = errors.Unwrap(err) {
+		if err.Error() == "path escapes from parent" {
+			return true
+		}
+	}
+	return false
 }

@@ -2,6 +2,7 @@ package memoryhook
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -126,9 +127,8 @@ func hiddenRel(rel string) bool {
 // FormatListing renders a directory view of p: the header, the directory's
 // own line, then its entries up to 2 levels deep, hidden ones and
 // node_modules left out, sorted by name at each level with parents before
-// children (component-wise byte order; the TS SDK sorts UTF-16 code units,
-// which differs only for characters above U+FFFF), directories with a
-// trailing "/", cut at maxChars with a note.
+// children (compareRel: the TS SDK's order), directories with a trailing
+// "/", cut at maxChars with a note.
 //
 // Entries are printed as "{path}/{rel}" with {path} the raw path less any
 // trailing slashes, so "/memories/" lists "/memories/a", not "/memories//a".
@@ -139,9 +139,7 @@ func FormatListing(p Path, dirSize int64, entries []Entry, maxChars int) string 
 			shown = append(shown, e)
 		}
 	}
-	slices.SortFunc(shown, func(a, b Entry) int {
-		return slices.Compare(strings.Split(a.Rel, "/"), strings.Split(b.Rel, "/"))
-	})
+	slices.SortFunc(shown, func(a, b Entry) int { return compareRel(a.Rel, b.Rel) })
 	var b strings.Builder
 	b.WriteString("Here're the files and directories up to 2 levels deep in " + p.Raw() + ", excluding hidden items and node_modules:\n")
 	b.WriteString(FormatSize(dirSize) + "\t" + p.Raw())
@@ -165,9 +163,11 @@ func FormatListing(p Path, dirSize int64, entries []Entry, maxChars int) string 
 
 // ReplaceOnce is str_replace over the whole file: old must occur exactly
 // once (occurrences counted across lines, not per line as the TS SDK does,
-// so an old_str spanning lines can match). It returns the new content and
-// the result text with the snippet: from 2 lines before the line the match
-// starts on to 2 lines after the replacement's last line.
+// so an old_str spanning lines can match, and two on one line are two). A
+// refusal for several lists each line holding one once, as the SDK does.
+// It returns the new content and the result text with the SDK's snippet:
+// 2 lines either side of the line the match starts on, however many lines
+// new_str spans.
 func ReplaceOnce(p Path, content []byte, oldStr, newStr string) ([]byte, string, error) {
 	if oldStr == "" {
 		return nil, "", errorf("No replacement was performed: old_str must not be empty.")
@@ -186,9 +186,12 @@ func ReplaceOnce(p Path, content []byte, oldStr, newStr string) ([]byte, string,
 				break
 			}
 			at += i
+			n := line
 			line += strings.Count(s[last:at], "\n")
 			last = at
-			lines = append(lines, strconv.Itoa(line))
+			if line != n || len(lines) == 0 {
+				lines = append(lines, strconv.Itoa(line))
+			}
 		}
 		return nil, "", errorf("No replacement was performed. Multiple occurrences of old_str `%s` in lines: %s. Please ensure it is unique", oldStr, strings.Join(lines, ", "))
 	}
@@ -197,7 +200,7 @@ func ReplaceOnce(p Path, content []byte, oldStr, newStr string) ([]byte, string,
 	changed := strings.Count(s[:at], "\n")
 	lines := strings.Split(out, "\n")
 	from := max(0, changed-2)
-	to := min(len(lines), changed+strings.Count(newStr, "\n")+3)
+	to := min(len(lines), changed+3)
 	var b strings.Builder
 	b.WriteString("The memory file has been edited. Here is the snippet showing the change (with line numbers):")
 	for i := from; i < to; i++ {
@@ -224,4 +227,67 @@ func InsertAt(p Path, content []byte, n int, text string) ([]byte, error) {
 	}
 	out = append(append(append(out, content[:off]...), text...), '\n')
 	return append(out, content[off:]...), nil
+}
+
+// compareRel orders two listing entries as the TS SDK's listing does: name
+// by name from the top (a directory's entries follow it), each level sorted
+// by JavaScript's default sort, which compares UTF-16 code units.
+func compareRel(a, b string) int {
+	for {
+		ea, ra, _ := strings.Cut(a, "/")
+		eb, rb, _ := strings.Cut(b, "/")
+		if c := compareUTF16(ea, eb); c != 0 {
+			return c
+		}
+		switch {
+		case ra == "" && rb == "":
+			return 0
+		case ra == "":
+			return -1
+		case rb == "":
+			return 1
+		}
+		a, b = ra, rb
+	}
+}
+
+// compareUTF16 compares two names by their UTF-16 code units without
+// converting them. It differs from byte (code point) order only for
+// characters U+E000–U+FFFF, which UTF-16 puts after every character above
+// U+FFFF (those start with a surrogate, D800–DFFF): "Ａ" (U+FF21) sorts
+// after "😀" (U+1F600) in the SDK, before it in bytes.
+func compareUTF16(a, b string) int {
+	for a != "" && b != "" {
+		ra, na := utf8.DecodeRuneInString(a)
+		rb, nb := utf8.DecodeRuneInString(b)
+		if ra != rb {
+			return cmp.Compare(utf16Key(ra), utf16Key(rb))
+		}
+		a, b = a[na:], b[nb:]
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+// utf16Key maps a rune to a number ordered as its first UTF-16 code unit
+// (and, for runes above U+FFFF, as its pair).
+func utf16Key(r rune) int {
+	if r >= 0xE000 && r <= 0xFFFF {
+		return int(r) + 0x110000
+	}
+	return int(r)
+}
+
+// Bound cuts a tool_result longer than maxChars characters to maxChars and
+// says so, so that no result (an error quoting a long old_str, a listing of
+// every matching line, a snippet of a long line) can push the next request
+// past the API's size limits.
+func Bound(s string, maxChars int) string {
+	if len(s) <= maxChars { // bytes ≥ characters
+		return s
+	}
+	n := utf8.RuneCountInString(s)
+	if n <= maxChars {
+		return s
+	}
+	return cutRunes(s, maxChars) + fmt.Sprintf("\n[Output cut at %d of %d characters.]", maxChars, n)
 }

@@ -64,6 +64,20 @@ func (l Limits) CheckUsage(u Usage) error {
 	return nil
 }
 
+// CheckChange is CheckUsage for a write that takes the tenant from before
+// to after, checking only what grows: a tenant over a limit (lowered since,
+// or filled by other means) can still rename, shrink and delete its way
+// back under it.
+func (l Limits) CheckChange(before, after Usage) error {
+	if after.Bytes <= before.Bytes {
+		after.Bytes = 0
+	}
+	if after.Entries <= before.Entries {
+		after.Entries = 0
+	}
+	return l.CheckUsage(after)
+}
+
 // CheckRead returns the error for reading a file of size bytes, or nil. A
 // file can only be over the limit when it was put there by other means or
 // the limit was lowered; refusing keeps a read's memory bounded (it can

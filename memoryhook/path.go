@@ -8,9 +8,15 @@ import (
 
 // Path limits. Names follow common file system limits (NAME_MAX); the whole
 // path is kept far below PATH_MAX so a store never has to think about it.
+// Depth and length are the hosted memory stores' limits (20 segments, 1,024
+// bytes), and they bound every path a tenant can reach, not only the paths
+// the model sends: a rename that would carry a path below it past them is
+// refused (CheckMove), so no tree can grow deep enough to make a walk,
+// a delete or an index entry expensive.
 const (
 	MaxPathBytes = 1024
 	MaxNameBytes = 255
+	MaxPathDepth = 20 // components below /memories
 )
 
 // Root is the only directory the memory tool may see.
@@ -40,7 +46,8 @@ type Path struct {
 //     decoding is an attack, not a name;
 //   - control characters, Unicode format characters (bidi overrides,
 //     zero-width), line/paragraph separators and invalid UTF-8 are refused;
-//   - a path over MaxPathBytes or a name over MaxNameBytes is refused.
+//   - a path over MaxPathBytes or MaxPathDepth or a name over MaxNameBytes
+//     is refused.
 //
 // Errors are *Error values whose text goes to the model as is; sentences
 // about characters never echo the offending path (it may be unprintable).
@@ -75,7 +82,36 @@ func ParsePath(raw string) (Path, error) {
 		}
 		elems = append(elems, e)
 	}
+	if len(elems) > MaxPathDepth {
+		return Path{}, errorf("Path %s has %d components below /memories; the limit is %d.", raw, len(elems), MaxPathDepth)
+	}
 	return Path{raw: raw, elems: elems, ok: true}, nil
+}
+
+// Extent is how far a directory's tree reaches below it: the most
+// components and the most bytes any path inside it adds to the
+// directory's own ("a/b.md" inside adds 2 components and 7 bytes, "/a/b.md").
+type Extent struct{ Depth, Bytes int }
+
+// Grows reports whether moving from to to can make any path longer or
+// deeper; if not, a store need not measure the tree's Extent at all.
+func Grows(from, to Path) bool {
+	return len(to.elems) > len(from.elems) || len(to.String()) > len(from.String())
+}
+
+// CheckMove returns the error for renaming from, whose tree reaches ext
+// below it, to to when a path would then be over MaxPathDepth or
+// MaxPathBytes; nil when none would. Both stores call it before they
+// change anything, so they refuse alike and a database never sees a key
+// longer than a path may be.
+func CheckMove(from, to Path, ext Extent) error {
+	if n := len(to.elems) + ext.Depth; n > MaxPathDepth {
+		return errorf("Cannot rename %s to %s: a path inside it would have %d components below /memories; the limit is %d.", from.Raw(), to.Raw(), n, MaxPathDepth)
+	}
+	if n := len(to.String()) + ext.Bytes; n > MaxPathBytes {
+		return errorf("Cannot rename %s to %s: a path inside it would be %d bytes long; the limit is %d bytes.", from.Raw(), to.Raw(), n, MaxPathBytes)
+	}
+	return nil
 }
 
 // badRune reports characters no memory path may hold: C0/C1 controls and DEL

@@ -27,7 +27,7 @@ type Store interface {
 // must confine itself to sc.Tenant.
 //
 // Errors: the sentinels ErrNotExist, ErrExist, ErrNotFile, ErrSymlink and
-// *NotDirError where the method says so, *Error from Limits.CheckUsage or
+// *NotDirError where the method says so, *Error from Limits.CheckChange or
 // Limits.CheckRead or from the edit function, unchanged; anything else
 // means unavailable (wrap it with Unavailable to give the model a reason).
 // A path whose ancestor is a file does not exist (ErrNotExist), except
@@ -45,7 +45,7 @@ type Backend interface {
 	List(ctx context.Context, sc Scope, p Path, depth int) ([]Entry, error)
 	// Create makes p a file holding data, making missing parents. Checks,
 	// in order: ErrSymlink, *NotDirError (an ancestor is a file), ErrExist
-	// (p is a file or directory), then Limits.CheckUsage on the usage after
+	// (p is a file or directory), then Limits.CheckChange on the usage before and after
 	// the write (the file and each new directory one entry). Atomic and
 	// exclusive: a racing Create of p finds ErrExist.
 	Create(ctx context.Context, sc Scope, p Path, data []byte) error
@@ -53,7 +53,7 @@ type Backend interface {
 	// against every other change from the read to the write (mutex or row
 	// lock): concurrent Updates never lose one. ErrNotExist, ErrNotFile,
 	// ErrSymlink, CheckRead; an edit error is returned as is and nothing is
-	// written; then Limits.CheckUsage on the usage after the write.
+	// written; then Limits.CheckChange on the usage before and after the write.
 	Update(ctx context.Context, sc Scope, p Path, edit func(old []byte) ([]byte, error)) error
 	// Delete removes p, a directory with everything below it. ErrSymlink
 	// (on the way to p or p itself), ErrNotExist.
@@ -61,7 +61,7 @@ type Backend interface {
 	// Rename moves from (file or directory) to to, making missing parents
 	// of to. Checks, in order: ErrSymlink (on either path), ErrExist (to
 	// exists), ErrNotExist (from), *NotDirError (an ancestor of to is a
-	// file), Limits.CheckUsage (new parents are entries). The caller has
+	// file), Limits.CheckChange (new parents are entries). The caller has
 	// refused the root and a to inside from.
 	Rename(ctx context.Context, sc Scope, from, to Path) error
 	// Ready reports whether the storage can serve commands now.
@@ -85,8 +85,12 @@ func (c *commands) scope(sc Scope, ps ...Path) (Scope, error) {
 	return sc, nil
 }
 
-// symlinkErr is the SDKs' sentence; it names no path.
-var symlinkErr = &Error{Msg: "Path would escape /memories directory via symlink"}
+// symlinkErr is the SDKs' sentence; it names no path. hardLinkErr is
+// ctxproxy's, in the same words.
+var (
+	symlinkErr  = &Error{Msg: "Path would escape /memories directory via symlink"}
+	hardLinkErr = &Error{Msg: "Path would escape /memories directory via hard link"}
+)
 
 // common maps the sentinels every command words alike.
 func common(err error) error {
@@ -94,6 +98,8 @@ func common(err error) error {
 	switch {
 	case errors.Is(err, ErrSymlink):
 		return symlinkErr
+	case errors.Is(err, ErrHardLink):
+		return hardLinkErr
 	case errors.As(err, &nd):
 		return errorf("The path %s is not a directory.", nd.Path.String())
 	}
@@ -238,12 +244,21 @@ func (c *commands) Rename(ctx context.Context, sc Scope, from, to Path) (string,
 	if from.IsRoot() {
 		return "", errorf("Cannot rename the /memories directory itself")
 	}
+	exists := errorf("The destination %s already exists", to.Raw())
 	if to.Within(from) && len(to.elems) > len(from.elems) {
+		// The SDK checks the destination first: an existing one is named as
+		// such even inside the source.
+		switch _, err := c.b.Stat(ctx, sc, to); {
+		case err == nil:
+			return "", exists
+		case !errors.Is(err, ErrNotExist):
+			return "", common(err)
+		}
 		return "", errorf("Cannot rename %s to %s: the destination is inside the source.", from.Raw(), to.Raw())
 	}
 	switch err := c.b.Rename(ctx, sc, from, to); {
 	case errors.Is(err, ErrExist):
-		return "", errorf("The destination %s already exists", to.Raw())
+		return "", exists
 	case errors.Is(err, ErrNotExist):
 		return "", errorf("The path %s does not exist", from.Raw())
 	case err != nil:

@@ -319,6 +319,7 @@ func (b *backend) List(ctx context.Context, sc memoryhook.Scope, p memoryhook.Pa
 
 func (b *backend) Create(ctx context.Context, sc memoryhook.Scope, p memoryhook.Path, data []byte) error {
 	return b.write(ctx, sc, func(ctx context.Context, tx pgx.Tx, u *memoryhook.Usage) error {
+		before := *u
 		found, err := kinds(ctx, tx, sc.Tenant, rels(append(p.Ancestors(), p)...))
 		if err != nil {
 			return err
@@ -332,7 +333,7 @@ func (b *backend) Create(ctx context.Context, sc memoryhook.Scope, p memoryhook.
 		}
 		u.Entries += len(p.Ancestors()) - have + 1 // new directories and the file
 		u.Bytes += int64(len(data))
-		if err := sc.Limits.CheckUsage(*u); err != nil {
+		if err := sc.Limits.CheckChange(before, *u); err != nil {
 			return err
 		}
 		if err := mkdirs(ctx, tx, sc.Tenant, p, have); err != nil {
@@ -349,6 +350,7 @@ func (b *backend) Update(ctx context.Context, sc memoryhook.Scope, p memoryhook.
 		return memoryhook.ErrNotFile
 	}
 	return b.write(ctx, sc, func(ctx context.Context, tx pgx.Tx, u *memoryhook.Usage) error {
+		before := *u
 		var dir bool
 		var size int64
 		var old []byte
@@ -371,7 +373,7 @@ func (b *backend) Update(ctx context.Context, sc memoryhook.Scope, p memoryhook.
 			return err
 		}
 		u.Bytes += int64(len(data)) - size
-		if err := sc.Limits.CheckUsage(*u); err != nil {
+		if err := sc.Limits.CheckChange(before, *u); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, `UPDATE ctxproxy_memory_entries SET data = $3, size = $4, updated_at = now() WHERE tenant = $1 AND path = $2`,
@@ -413,6 +415,7 @@ func (b *backend) Rename(ctx context.Context, sc memoryhook.Scope, from, to memo
 		if to.IsRoot() {
 			return memoryhook.ErrExist
 		}
+		before := *u
 		found, err := kinds(ctx, tx, sc.Tenant, rels(append(to.Ancestors(), to, from)...))
 		if err != nil {
 			return err
@@ -420,15 +423,25 @@ func (b *backend) Rename(ctx context.Context, sc memoryhook.Scope, from, to memo
 		if _, ok := found[to.Rel()]; ok {
 			return memoryhook.ErrExist
 		}
-		if _, ok := found[from.Rel()]; !ok {
+		fromDir, ok := found[from.Rel()]
+		if !ok {
 			return memoryhook.ErrNotExist
 		}
 		have, err := parents(to, found)
 		if err != nil {
 			return err
 		}
+		if fromDir && memoryhook.Grows(from, to) {
+			ext, err := extent(ctx, tx, sc.Tenant, from)
+			if err != nil {
+				return err
+			}
+			if err := memoryhook.CheckMove(from, to, ext); err != nil {
+				return err
+			}
+		}
 		u.Entries += len(to.Ancestors()) - have
-		if err := sc.Limits.CheckUsage(*u); err != nil {
+		if err := sc.Limits.CheckChange(before, *u); err != nil {
 			return err
 		}
 		if err := mkdirs(ctx, tx, sc.Tenant, to, have); err != nil {
@@ -442,6 +455,23 @@ func (b *backend) Rename(ctx context.Context, sc memoryhook.Scope, from, to memo
 			sc.Tenant, from.Rel(), lo, hi, to.Rel())
 		return err
 	})
+}
+
+// extent measures how far directory dir's rows reach below it, in one
+// range scan of the primary key (linear in the rows below dir).
+func extent(ctx context.Context, tx pgx.Tx, tenant string, dir memoryhook.Path) (memoryhook.Extent, error) {
+	lo, hi := subtree(dir.Rel())
+	var slashes, bytes *int
+	err := tx.QueryRow(ctx, `SELECT max(length(path) - length(replace(path, '/', ''))), max(octet_length(path))
+		FROM ctxproxy_memory_entries WHERE tenant = $1 AND path >= $2 AND path < $3`,
+		tenant, lo, hi).Scan(&slashes, &bytes)
+	if err != nil || slashes == nil { // nothing below dir
+		return memoryhook.Extent{}, err
+	}
+	return memoryhook.Extent{
+		Depth: *slashes - strings.Count(dir.Rel(), "/"),
+		Bytes: *bytes - len(dir.Rel()),
+	}, nil
 }
 
 // Ready pings, once more on a fresh connection if a pooled one was dead.

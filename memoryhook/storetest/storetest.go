@@ -342,6 +342,7 @@ func Scenarios() []Scenario {
 			view("/memories/" + strings.Repeat("n", 256)),
 			view("/memories/" + strings.Repeat("a/", 520)),
 		}},
+		{Name: "hostile", Limits: memoryhook.Limits{MaxViewChars: 400}, Inputs: hostileInputs()},
 		{Name: "limits", Limits: memoryhook.Limits{MaxFileBytes: 100, MaxTenantBytes: 300, MaxFiles: 6, MaxViewChars: 160}, Inputs: []string{
 			create("/memories/big.md", strings.Repeat("x", 101)),
 			create("/memories/max.md", strings.Repeat("x", 100)),
@@ -367,6 +368,48 @@ func Scenarios() []Scenario {
 	}
 }
 
+// hostileInputs: what a hostile or confused model can send to run up
+// time, size or confusion, and what each gets.
+func hostileInputs() []string {
+	deep := "/memories" + strings.Repeat("/d", 19) // 19 components: a file fits below
+	top := "/memories/" + strings.Repeat("n", 250)
+	long := top + "/" + strings.Repeat("m", 250) // 511 bytes
+	return []string{
+		// A key given twice: gjson would run the first, an audit reads the last.
+		`{"command":"view","path":"/memories","command":"delete"}`,
+		`{"command":"view","path":"/memories/a.md","path":"/memories/b.md"}`,
+		`{"command":"view","path":"/memories","comm\u0061nd":"view"}`,
+		// Every result is bounded by MaxViewChars, errors included.
+		create("/memories/many.md", strings.Repeat("a\n", 300)),
+		replace("/memories/many.md", "a", "b"),
+		replace("/memories/many.md", "\n", "b"),
+		replace("/memories/many.md", strings.Repeat("z", 500), "b"),
+		create("/memories/long.md", strings.Repeat("x", 1000)+"\nend\n"),
+		replace("/memories/long.md", "end", "END"),
+		// Depth and length bound every path a tenant can reach.
+		create(deep+"/f.md", "20 components"),
+		create(deep+"/d/f.md", "21 components"),
+		rename(deep+"/f.md", deep+"/d/f.md"),
+		create("/memories/a/b/c/f.md", "3 below a"),
+		rename("/memories/a", strings.Join(strings.Split(deep, "/")[:19], "/")+"/a"),
+		rename("/memories/a", strings.Join(strings.Split(deep, "/")[:18], "/")+"/a"),
+		create(long+"/f.md", "x"),
+		rename(top, "/memories/"+strings.Repeat("o", 255)+"/"+strings.Repeat("p", 255)+"/"+strings.Repeat("q", 255)),
+		rename(top, "/memories/short"),
+		// An existing destination inside the source is named as existing (the SDK's order).
+		create("/memories/a/inner/x.md", "x"),
+		rename("/memories/a", "/memories/a/inner"),
+		rename("/memories/a", "/memories/a/inner/x.md"),
+		rename("/memories/a", "/memories/a/new"),
+		// Listings sort names as the TS SDK does: by UTF-16 code units.
+		create("/memories/sort/\uff21.md", "fullwidth A"),
+		create("/memories/sort/\U0001F600.md", "emoji"),
+		create("/memories/sort/z.md", "z"),
+		create("/memories/sort/\u00e9.md", "e acute"),
+		view("/memories/sort"),
+	}
+}
+
 // Run runs the suite; newStore returns a fresh, empty store for each test.
 func Run(t *testing.T, newStore func(t *testing.T) memoryhook.Store) {
 	t.Run("Ready", func(t *testing.T) {
@@ -384,6 +427,32 @@ func Run(t *testing.T, newStore func(t *testing.T) memoryhook.Store) {
 	t.Run("ParallelCreatesRespectLimits", func(t *testing.T) { parallelLimits(t, newStore(t)) })
 	t.Run("TenantsAreIsolated", func(t *testing.T) { isolation(t, newStore(t)) })
 	t.Run("ReadsDuringChangesNeverFail", func(t *testing.T) { readsDuringChanges(t, newStore(t)) })
+	t.Run("OverALimitOnlyGrowthIsRefused", func(t *testing.T) { overLimit(t, newStore(t)) })
+}
+
+// overLimit: a tenant over a limit (lowered since it filled up) can still
+// rename, shrink and delete; only writes that add what is over are refused.
+func overLimit(t *testing.T, st memoryhook.Store) {
+	full := memoryhook.Scope{Tenant: "t1"}
+	mustOK(t, st, full, create("/memories/a.md", strings.Repeat("a", 600)+"\n"))
+	mustOK(t, st, full, create("/memories/dir/b.md", strings.Repeat("b", 600)+"\n"))
+	over := memoryhook.Scope{Tenant: "t1", Limits: memoryhook.Limits{MaxTenantBytes: 1000, MaxFiles: 3}}
+	for _, c := range []struct{ in, want string }{
+		{rename("/memories/a.md", "/memories/a2.md"), "Successfully renamed /memories/a.md to /memories/a2.md"},
+		{rename("/memories/dir", "/memories/dir2"), "Successfully renamed /memories/dir to /memories/dir2"},
+		{replace("/memories/a2.md", strings.Repeat("a", 600), "short"), "The memory file has been edited."},
+		{insert("/memories/a2.md", 0, strings.Repeat("x", 400)), "Error: Memory would hold 1008 bytes in total; the limit is 1000 bytes."},
+		{create("/memories/c.md", ""), "Error: Memory would hold 4 files and directories; the limit is 3."},
+		{rename("/memories/a2.md", "/memories/new/a.md"), "Error: Memory would hold 4 files and directories; the limit is 3."},
+		{insert("/memories/a2.md", 0, "fits now"), "The file /memories/a2.md has been edited."},
+		{del("/memories/dir2"), "Successfully deleted /memories/dir2"},
+		{create("/memories/c.md", "fits"), "File created successfully at: /memories/c.md"},
+	} {
+		r := memoryhook.Exec(context.Background(), st, over, []byte(c.in))
+		if !strings.HasPrefix(r.Content, c.want) {
+			t.Errorf("%s:\n got %q\nwant %q…", c.in, r.Content, c.want)
+		}
+	}
 }
 
 func mustOK(t *testing.T, st memoryhook.Store, sc memoryhook.Scope, in string) string {
