@@ -24,3 +24,7 @@ func TestFileStoreConformance(t *testing.T) {
 func TestFileStoreContinuationsConformance(t *testing.T) {
 	storetest.RunContinuations(t, func(t *testing.T) memoryhook.Continuations { return newFileStore(t) })
 }
+
+func TestFileStoreHistoryConformance(t *testing.T) {
+	storetest.RunHistory(t, func(t *testing.T) memoryhook.Governed { return newFileStore(t) })
+}

@@ -53,7 +53,12 @@ func NewFileStore(dir string) (*FileStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("memory store: %w", err)
 	}
-	b := &fileBackend{dir: abs, root: root, tenants: map[string]*tenantState{}}
+	hist, err := newFileHistory(root)
+	if err != nil {
+		root.Close()
+		return nil, err
+	}
+	b := &fileBackend{dir: abs, root: root, hist: hist, tenants: map[string]*tenantState{}}
 	return &FileStore{Store: NewStore(b), b: b}, nil
 }
 
@@ -61,7 +66,10 @@ func NewFileStore(dir string) (*FileStore, error) {
 func (s *FileStore) Dir() string { return s.b.dir }
 
 // Close releases the store directory.
-func (s *FileStore) Close() error { return s.b.root.Close() }
+func (s *FileStore) Close() error {
+	s.b.hist.close()
+	return s.b.root.Close()
+}
 
 // tenantName is the shape of a tenant directory: it can never be ".", "..",
 // hidden or contain a separator.
@@ -73,6 +81,7 @@ func ValidTenant(name string) bool { return tenantName.MatchString(name) }
 type fileBackend struct {
 	dir  string
 	root *os.Root // the store directory
+	hist *fileHistory
 
 	mu      sync.Mutex
 	tenants map[string]*tenantState
@@ -583,10 +592,12 @@ func (b *fileBackend) Create(ctx context.Context, sc Scope, p Path, data []byte)
 		if err := sc.Limits.CheckChange(before, u); err != nil {
 			return u, err
 		}
-		if err := mkdirs(r, p, w.have); err != nil {
-			return u, err
-		}
-		return u, writeAtomic(ctx, r, p, data)
+		return u, b.hist.do(ctx, r, sc, change{op: "create", p: p, new: data}, func() error {
+			if err := mkdirs(r, p, w.have); err != nil {
+				return err
+			}
+			return writeAtomic(ctx, r, p, data)
+		})
 	})
 }
 
@@ -605,7 +616,9 @@ func (b *fileBackend) Update(ctx context.Context, sc Scope, p Path, edit func([]
 		if err := sc.Limits.CheckChange(before, u); err != nil {
 			return u, err
 		}
-		return u, writeAtomic(ctx, r, p, data)
+		return u, b.hist.do(ctx, r, sc, change{op: "update", p: p, old: old, new: data}, func() error {
+			return writeAtomic(ctx, r, p, data)
+		})
 	})
 }
 
@@ -622,12 +635,18 @@ func (b *fileBackend) Delete(ctx context.Context, sc Scope, p Path) error {
 		if err != nil {
 			return u, err
 		}
-		if err := r.RemoveAll(rel(p)); err != nil {
+		err = b.hist.do(ctx, r, sc, change{op: "delete", p: p}, func() error {
+			if err := r.RemoveAll(rel(p)); err != nil {
+				return err
+			}
+			return syncDir(r, p.Parent())
+		})
+		if err != nil {
 			return u, err
 		}
 		u.Bytes -= gone.Bytes
 		u.Entries -= gone.Entries
-		return u, syncDir(r, p.Parent())
+		return u, nil
 	})
 }
 
@@ -668,13 +687,15 @@ func (b *fileBackend) Rename(ctx context.Context, sc Scope, from, to Path) error
 		if err := ctx.Err(); err != nil {
 			return u, err
 		}
-		if err := r.Rename(rel(from), rel(to)); err != nil {
-			return u, err
-		}
-		if err := syncDir(r, to.Parent()); err != nil {
-			return u, err
-		}
-		return u, syncDir(r, from.Parent())
+		return u, b.hist.do(ctx, r, sc, change{op: "rename", p: from, to: to}, func() error {
+			if err := r.Rename(rel(from), rel(to)); err != nil {
+				return err
+			}
+			if err := syncDir(r, to.Parent()); err != nil {
+				return err
+			}
+			return syncDir(r, from.Parent())
+		})
 	})
 }
 

@@ -37,6 +37,10 @@ func (l Limits) OrDefaults() Limits {
 type Scope struct {
 	Tenant string
 	Limits Limits
+	// Actor is who writes, recorded in the history (history.go); Expect
+	// is an operator's precondition, nil for the model's calls.
+	Actor  Actor
+	Expect *Expect
 }
 
 // MaxLines is the most lines a file may have (the SDKs' limit for view;

@@ -55,7 +55,8 @@ func contractErr(err error) bool {
 	var ue *memoryhook.UnavailableError
 	return errors.As(err, &me) || errors.As(err, &nd) || errors.As(err, &ue) ||
 		errors.Is(err, memoryhook.ErrNotExist) || errors.Is(err, memoryhook.ErrExist) ||
-		errors.Is(err, memoryhook.ErrNotFile) || errors.Is(err, memoryhook.ErrSymlink)
+		errors.Is(err, memoryhook.ErrNotFile) || errors.Is(err, memoryhook.ErrSymlink) ||
+		errors.Is(err, memoryhook.ErrPrecondition) || errors.Is(err, memoryhook.ErrHeadVersion)
 }
 
 // ambiguousErr marks a failure of COMMIT: the write may or may not have
@@ -341,7 +342,10 @@ func (b *backend) Create(ctx context.Context, sc memoryhook.Scope, p memoryhook.
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO ctxproxy_memory_entries (tenant, path, is_dir, size, data) VALUES ($1, $2, false, $3, $4)`,
 			sc.Tenant, p.Rel(), len(data), data)
-		return err
+		if err != nil {
+			return err
+		}
+		return recCreate(ctx, tx, sc, p.Rel(), data)
 	})
 }
 
@@ -376,6 +380,9 @@ func (b *backend) Update(ctx context.Context, sc memoryhook.Scope, p memoryhook.
 		if err := sc.Limits.CheckChange(before, *u); err != nil {
 			return err
 		}
+		if err := recUpdate(ctx, tx, sc, p.Rel(), old, data); err != nil {
+			return err
+		}
 		_, err = tx.Exec(ctx, `UPDATE ctxproxy_memory_entries SET data = $3, size = $4, updated_at = now() WHERE tenant = $1 AND path = $2`,
 			sc.Tenant, p.Rel(), data, len(data))
 		return err
@@ -387,6 +394,9 @@ func (b *backend) Delete(ctx context.Context, sc memoryhook.Scope, p memoryhook.
 		return memoryhook.Unavailable("invalid delete", errors.New("delete of the root"))
 	}
 	return b.write(ctx, sc, func(ctx context.Context, tx pgx.Tx, u *memoryhook.Usage) error {
+		if err := recDelete(ctx, tx, sc, p.Rel()); err != nil {
+			return err
+		}
 		lo, hi := subtree(p.Rel())
 		var n, bytes int64
 		err := tx.QueryRow(ctx, `WITH gone AS (
@@ -445,6 +455,9 @@ func (b *backend) Rename(ctx context.Context, sc memoryhook.Scope, from, to memo
 			return err
 		}
 		if err := mkdirs(ctx, tx, sc.Tenant, to, have); err != nil {
+			return err
+		}
+		if err := recRename(ctx, tx, sc, from.Rel(), to.Rel()); err != nil {
 			return err
 		}
 		// from and everything below it move in one statement; nothing can

@@ -19,3 +19,12 @@ func TestConformance(t *testing.T) {
 func TestContinuationsConformance(t *testing.T) {
 	storetest.RunContinuations(t, func(t *testing.T) memoryhook.Continuations { return newTestDB(t).open(t) })
 }
+
+func TestHistoryConformance(t *testing.T) {
+	storetest.RunHistory(t, func(t *testing.T) memoryhook.Governed {
+		db := newTestDB(t)
+		s := db.open(t)
+		t.Cleanup(func() { db.checkUsage(t) })
+		return s
+	})
+}

@@ -48,6 +48,7 @@ var Schema = pgmigrate.Schema{Name: "memory", Versions: [][]string{
 		)`,
 		`CREATE INDEX ctxproxy_memory_continuations_expiry ON ctxproxy_memory_continuations (tenant, expires_at)`,
 	},
+	historyMigration, // version 2: history.go
 }}
 
 // migrate brings the database up to Schemas.
