@@ -340,6 +340,7 @@ func (ps *parser) policy(n *yaml.Node, isDefault bool) *Policy {
 		Memory: Memory{
 			Mode:          MemoryOff,
 			MaxIterations: DefaultMaxIterations,
+			History:       History{KeepDays: DefaultHistoryKeepDays, KeepLatest: DefaultHistoryKeepLatest},
 			Limits: MemoryLimits{
 				MaxFileBytes:   DefaultMaxFileBytes,
 				MaxTenantBytes: DefaultMaxTenantBytes,
@@ -355,7 +356,7 @@ func (ps *parser) policy(n *yaml.Node, isDefault bool) *Policy {
 	}
 	var tenantSeen, keysSeen bool
 	var keysLine int
-	ok := ps.fields(n, "the policy", []string{"tenant", "api_keys_sha256", "context_management", "memory", "upstream"}, func(key string, k, v *yaml.Node) {
+	ok := ps.fields(n, "the policy", []string{"tenant", "api_keys_sha256", "operator_tokens_sha256", "context_management", "memory", "upstream"}, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "tenant":
 			tenantSeen = true
@@ -379,6 +380,8 @@ func (ps *parser) policy(n *yaml.Node, isDefault bool) *Policy {
 			keysSeen = true
 			keysLine = k.Line
 			p.KeyHashes, p.keyLines = ps.keyHashes(v)
+		case "operator_tokens_sha256":
+			p.OperatorTokens, _ = ps.hashList(v, "operator_tokens_sha256", "operator token")
 		case "context_management":
 			ps.contextManagement(v, &p.ContextManagement)
 		case "memory":
@@ -404,24 +407,29 @@ func (ps *parser) policy(n *yaml.Node, isDefault bool) *Policy {
 }
 
 func (ps *parser) keyHashes(n *yaml.Node) (out [][32]byte, lines []int) {
+	return ps.hashList(n, "api_keys_sha256", "API key")
+}
+
+// hashList reads a list of sha256 hex digests of secrets (what names the secret).
+func (ps *parser) hashList(n *yaml.Node, field, what string) (out [][32]byte, lines []int) {
 	if isNull(n) {
 		return nil, nil
 	}
 	if n.Kind != yaml.SequenceNode {
-		ps.add(n.Line, "api_keys_sha256 must be a list of sha256 hex digests, got %s", describe(n))
+		ps.add(n.Line, "%s must be a list of sha256 hex digests, got %s", field, describe(n))
 		return nil, nil
 	}
 	seen := map[[32]byte]int{}
 	for i, item := range n.Content {
 		item = resolve(item)
-		where := fmt.Sprintf("api_keys_sha256[%d]", i)
+		where := fmt.Sprintf("%s[%d]", field, i)
 		s, ok := ps.str(item, where)
 		if !ok {
 			continue
 		}
 		var h [32]byte
 		if len(s) != 64 {
-			ps.add(item.Line, "%s must be 64 hex digits (the sha256 of the API key), got %d characters", where, len(s))
+			ps.add(item.Line, "%s must be 64 hex digits (the sha256 of the %s), got %d characters", where, what, len(s))
 			continue
 		}
 		if _, err := hex.Decode(h[:], []byte(s)); err != nil {
@@ -719,8 +727,10 @@ func (ps *parser) memory(n *yaml.Node, m *Memory) {
 	if isNull(n) {
 		return
 	}
-	ps.fields(n, "memory", []string{"mode", "max_iterations", "limits"}, func(key string, _, v *yaml.Node) {
+	ps.fields(n, "memory", []string{"mode", "max_iterations", "limits", "history"}, func(key string, _, v *yaml.Node) {
 		switch key {
+		case "history":
+			ps.history(v, &m.History)
 		case "mode":
 			s, ok := ps.str(v, "memory.mode")
 			if !ok {

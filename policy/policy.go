@@ -96,6 +96,7 @@ type Policy struct {
 	File              string     // file it came from
 	Line              int        // line of the tenant: key
 	KeyHashes         [][32]byte // from api_keys_sha256
+	OperatorTokens    [][32]byte // from operator_tokens_sha256: tokens of the memory operator API for this tenant
 	keyLines          []int      // line of each key hash, for duplicate reports
 	ContextManagement ContextManagement
 	Memory            Memory
@@ -193,6 +194,7 @@ type Memory struct {
 	Mode          MemoryMode
 	MaxIterations int // memory loop cap (issue 3)
 	Limits        MemoryLimits
+	History       History
 }
 
 // MemoryLimits has the same fields as memoryhook.Limits so it converts with memoryhook.Limits(l).

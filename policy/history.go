@@ -1,0 +1,59 @@
+package policy
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Defaults of memory.history: versions younger than 30 days are kept, and
+// the latest 10 of each memory whatever their age.
+const (
+	DefaultHistoryKeepDays   = 30
+	DefaultHistoryKeepLatest = 10
+)
+
+// History is memory.history of a policy: the retention of memory versions.
+// KeepDays 0 turns history off (only each memory's current version stays).
+type History struct {
+	KeepDays   int
+	KeepLatest int
+}
+
+func (ps *parser) history(n *yaml.Node, h *History) {
+	if isNull(n) {
+		return
+	}
+	ps.fields(n, "memory.history", []string{"keep_days", "keep_latest"}, func(key string, _, v *yaml.Node) {
+		x, ok := ps.int(v, "memory.history."+key, 0)
+		if !ok {
+			return
+		}
+		x = min(x, 100000)
+		switch key {
+		case "keep_days":
+			h.KeepDays = int(x)
+		case "keep_latest":
+			h.KeepLatest = int(x)
+		}
+	})
+}
+
+// OperatorToken finds the tenant whose operator_tokens_sha256 lists
+// sha256(token), and the token's name (op-<first 8 hex of its sha256>).
+func (s *Set) OperatorToken(token string) (p *Policy, name string, ok bool) {
+	if s == nil || token == "" {
+		return nil, "", false
+	}
+	h := sha256.Sum256([]byte(token))
+	for _, t := range s.tenants {
+		for _, k := range t.OperatorTokens {
+			if subtle.ConstantTimeCompare(k[:], h[:]) == 1 {
+				return t, "op-" + hex.EncodeToString(h[:4]), true
+			}
+		}
+	}
+	return nil, "", false
+}
