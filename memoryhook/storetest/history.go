@@ -239,7 +239,9 @@ func historyPreconditions(t *testing.T, h *hist) {
 	op := memoryhook.Actor{Type: memoryhook.ActorOperator, Operator: "admin"}
 	b := h.st.Backend()
 	p := mustPath("/memories/a.md")
-	set := func(s string) func([]byte) ([]byte, error) { return func([]byte) ([]byte, error) { return []byte(s), nil } }
+	set := func(s string) func([]byte) ([]byte, error) {
+		return func([]byte) ([]byte, error) { return []byte(s), nil }
+	}
 	for _, e := range []memoryhook.Expect{{SHA256: memoryhook.SHA256Hex([]byte("b"))}, {MemoryID: "mem_other"}} {
 		sc := memoryhook.Scope{Tenant: "acme", Actor: op, Expect: &e}
 		if err := b.Update(h.ctx, sc, p, set("x")); !errors.Is(err, memoryhook.ErrPrecondition) {
