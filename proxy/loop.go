@@ -3,9 +3,9 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -39,11 +39,92 @@ type memCall struct {
 
 const defaultMaxIterations = 10
 
+// memoryLoop is what the loop carries from one round to the next (the
+// exchange's loop; only this file writes it). The plain (servePlain) and the
+// streamed path (serveStream) both drive it; advance is the loop's one
+// decision.
+type memoryLoop struct {
+	parts    [][]byte // the next upstream request body
+	body     []byte   // the same whole, in memory proxy mode
+	round    int
+	clientID string // the reply id the client sees
+	// firstID: the client sees the first round's id (a spliced stream
+	// shows the first message_start); else the last reply's.
+	firstID bool
+	wrote   bool // a memory command wrote: no retries from here on
+}
+
+// startLoop begins the loop at the client's request.
+func (x *exchange) startLoop(firstID bool) {
+	x.loop = memoryLoop{parts: x.req.parts, body: x.req.body, firstID: firstID}
+}
+
+// roundEnd is what a round that ended normally tells the loop.
+type roundEnd struct {
+	id         string
+	stopReason string
+	calls      []memCall // the memory tool_use blocks, in order
+	others     int       // the client's own tool_use blocks
+}
+
+// retry is the tenant's retry policy, off once a memory command wrote: a
+// loop step is never repeated after a write.
+func (x *exchange) loopRetry() retryPolicy {
+	p := x.req.retry
+	if x.loop.wrote {
+		p.retries = 0
+	}
+	return p
+}
+
+// mayContinue says whether a reply with this stop reason may carry memory
+// calls the proxy runs.
+func (x *exchange) mayContinue(stopReason string) bool {
+	return x.req.memory && stopReason == "tool_use"
+}
+
 func (x *exchange) maxIterations() int {
-	if n := x.pol.Memory.MaxIterations; n > 0 {
+	if n := x.req.pol.Memory.MaxIterations; n > 0 {
 		return n
 	}
 	return defaultMaxIterations
+}
+
+// advance decides what follows a round that ended normally: another round
+// (more; the loop's parts are the next request), or the end of the reply,
+// with stop the stop_reason to hand over instead of the round's ("" keeps
+// it): "tool_use" when the client's own tools wait, "pause_turn" at the
+// iteration cap. The round's memory calls are run either way. assistant is
+// the round's content, memory calls included; it is built only when a
+// full-history request needs it.
+func (x *exchange) advance(ctx context.Context, e roundEnd, assistant func() []byte) (more bool, stop string, err error) {
+	l := &x.loop
+	if l.round == 0 || !l.firstID {
+		l.clientID = e.id
+	}
+	if !x.mayContinue(e.stopReason) || len(e.calls) == 0 {
+		x.saveContinuation(ctx, l.clientID, e.id, nil)
+		return false, "", nil
+	}
+	results := x.runMemory(ctx, e.calls)
+	if e.others > 0 || l.round >= x.maxIterations() {
+		x.saveContinuation(ctx, l.clientID, e.id, results)
+		if e.others > 0 {
+			return false, "tool_use", nil
+		}
+		return false, "pause_turn", nil
+	}
+	var asst []byte
+	if !x.req.info.Threaded {
+		asst = assistant()
+	}
+	body, err := nextBody(l.body, e.id, asst, results)
+	if err != nil {
+		return false, "", fmt.Errorf("continue memory loop: %w", err)
+	}
+	l.body, l.parts = body, [][]byte{body}
+	l.round++
+	return true, "", nil
 }
 
 // runMemory executes calls in order and returns the tool_result blocks as a
@@ -60,12 +141,9 @@ func (x *exchange) runMemory(ctx context.Context, calls []memCall) []byte {
 		} else {
 			res = memoryhook.Exec(ctx, x.s.cfg.Memory, sc, c.input)
 		}
-		x.memCmds++
-		if res.Command != "view" {
-			x.wrote = true
-		}
-		if m := x.s.cfg.Metrics; m != nil {
-			m.MemoryCommand(x.tenantLabel(), res.Command, res.IsError)
+		x.memoryCommand(res)
+		if res.Wrote {
+			x.loop.wrote = true
 		}
 		if i > 0 {
 			out = append(out, ',')
@@ -184,20 +262,11 @@ func joinArray(parts [][]byte) []byte {
 // tenant's memory mode is proxy.
 func (x *exchange) servePlain() {
 	ctx := x.r.Context()
-	parts, body := x.parts, x.body
+	x.startLoop(false)
 	var shown [][]byte // client-visible blocks of earlier rounds
-	var sum tokens.Usage
-	for round := 0; ; round++ {
-		resp, t0, err := x.roundTrip(ctx, parts)
-		if err != nil {
-			x.upstreamError(err)
-			return
-		}
-		reply, err := readReply(resp)
-		resp.Body.Close()
-		x.upDur += time.Since(t0)
-		if err != nil {
-			x.upstreamError(err)
+	for {
+		resp, reply, ok := x.plainRound(ctx)
+		if !ok {
 			return
 		}
 		if resp.StatusCode != http.StatusOK {
@@ -208,41 +277,57 @@ func (x *exchange) servePlain() {
 		}
 		u, edits := tokens.ParseMessage(reply)
 		x.record(resp, u, edits)
-		sum.Add(u)
-		if !x.memory || gjson.GetBytes(reply, "stop_reason").Str != "tool_use" {
-			x.finishPlain(resp, reply, round, shown, nil, sum, "")
-			return
+		var end roundEnd
+		var client [][]byte // the reply's blocks but its memory calls
+		if x.req.memory {
+			end.stopReason = gjson.GetBytes(reply, "stop_reason").Str
 		}
-		client, calls, others := splitReply(reply)
-		if len(calls) == 0 {
-			x.finishPlain(resp, reply, round, shown, nil, sum, "")
-			return
+		if x.mayContinue(end.stopReason) {
+			end.id = gjson.GetBytes(reply, "id").Str
+			client, end.calls, end.others = splitReply(reply)
 		}
-		results := x.runMemory(ctx, calls)
-		replyID := gjson.GetBytes(reply, "id").Str
-		if others > 0 || round >= x.maxIterations() {
-			stop := "tool_use"
-			if others == 0 {
-				stop = "pause_turn"
+		more, stop, err := x.advance(ctx, end, func() []byte { return []byte(gjson.GetBytes(reply, "content").Raw) })
+		switch {
+		case err != nil:
+			x.fail(http.StatusInternalServerError, "api_error", err.Error())
+		case more:
+			shown = append(shown, client...)
+			continue
+		case stop != "":
+			if client == nil {
+				client = [][]byte{} // every block was a memory call: none is shown
 			}
-			x.saveContinuation(ctx, replyID, replyID, results)
-			x.finishPlain(resp, reply, round, shown, client, sum, stop)
-			return
+			x.finishPlain(resp, reply, x.loop.round, shown, client, stop)
+		default:
+			x.finishPlain(resp, reply, x.loop.round, shown, nil, "")
 		}
-		shown = append(shown, client...)
-		body, err = nextBody(body, replyID, []byte(gjson.GetBytes(reply, "content").Raw), results)
-		if err != nil {
-			x.fail(http.StatusInternalServerError, "api_error", "continue memory loop: "+err.Error())
-			return
-		}
-		parts = [][]byte{body}
+		return
 	}
+}
+
+// plainRound sends the loop's next request and reads the whole reply. It
+// answers the client itself and returns false when the upstream failed.
+func (x *exchange) plainRound(ctx context.Context) (*http.Response, []byte, bool) {
+	resp, t0, err := x.roundTrip(ctx, x.loop.parts, x.loopRetry())
+	if err != nil {
+		x.upstreamError(err)
+		return nil, nil, false
+	}
+	reply, err := readReply(resp)
+	resp.Body.Close()
+	x.acct.waited(t0)
+	if err != nil {
+		x.upstreamError(err)
+		return nil, nil, false
+	}
+	return resp, reply, true
 }
 
 // finishPlain hands the client the last reply, merged with earlier rounds
 // when there were any. last is the client-visible content of the last reply
-// when it had memory calls withheld (nil: the reply's content as is).
-func (x *exchange) finishPlain(resp *http.Response, reply []byte, round int, shown, last [][]byte, sum tokens.Usage, stop string) {
+// when it had memory calls withheld (nil: the reply's content as is); stop
+// replaces its stop_reason when not "".
+func (x *exchange) finishPlain(resp *http.Response, reply []byte, round int, shown, last [][]byte, stop string) {
 	if round == 0 && last == nil {
 		x.writeReply(resp, reply) // the common case: byte for byte
 		return
@@ -261,5 +346,5 @@ func (x *exchange) finishPlain(resp *http.Response, reply []byte, round int, sho
 		x.fail(http.StatusInternalServerError, "api_error", "build reply: "+err.Error())
 		return
 	}
-	x.writeReply(resp, setUsage(out, "usage", sum))
+	x.writeReply(resp, setUsage(out, "usage", x.acct.usage))
 }

@@ -151,36 +151,44 @@ func TestAMixedReplyHandsTheClientOnlyItsOwnTools(t *testing.T) {
 }
 
 func TestTheMemoryLoopStopsAtMaxIterationsWithPauseTurn(t *testing.T) {
-	for _, stream := range []bool{false, true} {
-		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
-			h := newHarness(t) // acme: max_iterations 4
-			h.fake.SetResponder(func(*fakeapi.Request) fakeapi.Reply {
-				return fakeapi.Blocks(fakeapi.Text("again"), fakeapi.MemoryView("/memories"))
+	cases := []struct {
+		name       string
+		blocks     []jsonRaw // every reply
+		wantBlocks int64     // the client's, over 5 rounds
+	}{
+		{"replies with text and a memory call", []jsonRaw{fakeapi.Text("again"), fakeapi.MemoryView("/memories")}, 5},
+		{"replies of memory calls only", []jsonRaw{fakeapi.MemoryView("/memories")}, 0},
+	}
+	for _, tc := range cases {
+		for _, stream := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, stream=%v", tc.name, stream), func(t *testing.T) {
+				h := newHarness(t) // acme: max_iterations 4
+				h.fake.SetResponder(func(*fakeapi.Request) fakeapi.Reply { return fakeapi.Blocks(tc.blocks...) })
+				body := simpleBody
+				if stream {
+					body = withStream(body)
+				}
+				resp := h.post("/v1/messages", keyAcme, body)
+				got := readAll(t, resp.Body)
+				msg := got
+				if stream {
+					msg = accumulate(t, got)
+				}
+				// The first call, then one more per memory round.
+				if n := len(h.fake.Requests()); n != 5 {
+					t.Fatalf("upstream calls = %d, want 1 + max_iterations (4)", n)
+				}
+				if gjson.Get(msg, "stop_reason").Str != "pause_turn" {
+					t.Fatalf("stop_reason = %q, want pause_turn", gjson.Get(msg, "stop_reason").Str)
+				}
+				if strings.Contains(gjson.Get(msg, "content").Raw, "tool_use") {
+					t.Fatalf("client got a tool_use at the cap: %s", msg)
+				}
+				if n := gjson.Get(msg, "content.#").Int(); n != tc.wantBlocks {
+					t.Fatalf("client got %d blocks, want %d: %s", n, tc.wantBlocks, msg)
+				}
 			})
-			body := simpleBody
-			if stream {
-				body = withStream(body)
-			}
-			resp := h.post("/v1/messages", keyAcme, body)
-			got := readAll(t, resp.Body)
-			msg := got
-			if stream {
-				msg = accumulate(t, got)
-			}
-			// The first call, then one more per memory round.
-			if n := len(h.fake.Requests()); n != 5 {
-				t.Fatalf("upstream calls = %d, want 1 + max_iterations (4)", n)
-			}
-			if gjson.Get(msg, "stop_reason").Str != "pause_turn" {
-				t.Fatalf("stop_reason = %q, want pause_turn", gjson.Get(msg, "stop_reason").Str)
-			}
-			if strings.Contains(gjson.Get(msg, "content").Raw, "tool_use") {
-				t.Fatalf("client got a tool_use at the cap: %s", msg)
-			}
-			if n := gjson.Get(msg, "content.#").Int(); n != 5 {
-				t.Fatalf("client got %d blocks, want the 5 texts", n)
-			}
-		})
+		}
 	}
 }
 

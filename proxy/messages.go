@@ -7,22 +7,35 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"time"
-
-	"go.uber.org/zap"
 
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/ctxproxy/ctxproxy/policy"
-	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
-// exchange is one client request to /v1/messages or count_tokens and
-// everything the proxy learns while serving it.
+// exchange is one client request to /v1/messages or count_tokens. Its state
+// is split by who writes it, so each part has one file that changes it:
+//   - req: the request as the tenant's policy made it; written only by
+//     readAndRewrite (this file), read-only afterwards.
+//   - out: what the client got; written only by the writers in respond.go.
+//   - acct: what the upstream calls cost; written only by accounting.go.
+//   - loop: what the memory loop carries from round to round; written only
+//     by loop.go.
+//
+// What one upstream round learns lives in the round's own values: the reply
+// and roundEnd in loop.go, round in relay.go.
 type exchange struct {
-	s      *Server
-	r      *http.Request
-	w      http.ResponseWriter
+	s    *Server
+	r    *http.Request
+	w    http.ResponseWriter
+	req  request
+	out  clientReply
+	acct accounting
+	loop memoryLoop
+}
+
+// request is the client's request after the policy.
+type request struct {
 	start  time.Time
 	pol    *policy.Policy // nil: no policy applies; forwarded untouched
 	tenant string
@@ -30,23 +43,16 @@ type exchange struct {
 	// upstreamKey is the tenant's own Anthropic key, sent in place of the
 	// client's credential and scrubbed from every reply; "" if none.
 	upstreamKey string
-	header      http.Header // upstream request headers (beta merged), read-only once built
+	header      http.Header // upstream request headers (beta merged)
 	lease       *bodyLease  // the client's body buffer, when pooled
 	parts       [][]byte    // first upstream request body, in pieces that alias the client's
-	body        []byte      // the same joined, in memory proxy mode (the loop edits it)
+	body        []byte      // the same joined, in memory proxy mode (the loop edits a copy)
 	info        policy.RewriteInfo
 	model       string
 	stream      bool
 	memory      bool // memory.mode proxy: the proxy runs memory calls
 	retry       retryPolicy
-	wrote       bool // a memory command wrote: no retries from here on
-	status      int
-	calls       int
-	upDur       time.Duration
 	bytesIn     int64
-	outN        int64
-	memCmds     int
-	usage       tokens.Usage
 }
 
 func (s *Server) messages(w http.ResponseWriter, r *http.Request) { s.serve(w, r, false) }
@@ -54,7 +60,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) { s.serve(w, r
 func (s *Server) countTokens(w http.ResponseWriter, r *http.Request) { s.serve(w, r, true) }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, countTokens bool) {
-	x := &exchange{s: s, r: r, w: w, start: time.Now()}
+	x := &exchange{s: s, r: r, w: w, req: request{start: time.Now()}}
 	defer x.finish()
 	if !x.readAndRewrite(countTokens) {
 		return
@@ -62,31 +68,25 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, countTokens bool)
 	switch {
 	case countTokens:
 		x.relayOnce()
-	case x.stream:
+	case x.req.stream:
 		x.serveStream()
 	default:
 		x.servePlain()
 	}
 }
 
-// fail answers with the API's error shape before anything else was sent.
-func (x *exchange) fail(status int, typ, msg string) {
-	x.status = status
-	x.outN += int64(writeError(x.w, status, typ, msg))
-}
-
 // readAndRewrite reads the body, finds the tenant and applies its policy.
 // It answers the client itself and returns false when the request stops here.
 func (x *exchange) readAndRewrite(countTokens bool) bool {
-	s, r := x.s, x.r
+	s, r, q := x.s, x.r, &x.req
 	if r.ContentLength > s.cfg.MaxBody {
 		x.fail(http.StatusRequestEntityTooLarge, "request_too_large",
 			fmt.Sprintf("request body is %d bytes; the limit is %d bytes", r.ContentLength, s.cfg.MaxBody))
 		return false
 	}
 	body, lease, err := readBody(r, s.cfg.MaxBody)
-	x.lease = lease
-	x.bytesIn = int64(len(body))
+	q.lease = lease
+	q.bytesIn = int64(len(body))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -98,24 +98,24 @@ func (x *exchange) readAndRewrite(countTokens bool) bool {
 		return false
 	}
 	c := s.authenticate(r.Context(), r.Header)
-	x.keyID, x.upstreamKey = c.keyID, c.upstreamKey
+	q.keyID, q.upstreamKey = c.keyID, c.upstreamKey
 	pol, known := c.pol, c.known
 	if !known && s.cfg.RequireKnownTenant {
 		x.fail(http.StatusUnauthorized, "authentication_error", "the API key matches no ctxproxy tenant")
 		return false
 	}
-	x.pol = pol
-	x.header = upstreamHeader(r)
+	q.pol = pol
+	q.header = upstreamHeader(r)
 	if c.upstreamKey != "" {
-		swapCredential(x.header, c.upstreamKey)
+		swapCredential(q.header, c.upstreamKey)
 	}
 	if pol != nil {
-		x.tenant = pol.Tenant
-		x.memory = pol.Memory.Mode == policy.MemoryProxy && !countTokens
-		x.retry = retryPolicy{retries: pol.Upstream.Retries, base: pol.Upstream.RetryBaseDelay, max: pol.Upstream.RetryMaxDelay}
+		q.tenant = pol.Tenant
+		q.memory = pol.Memory.Mode == policy.MemoryProxy && !countTokens
+		q.retry = retryPolicy{retries: pol.Upstream.Retries, base: pol.Upstream.RetryBaseDelay, max: pol.Upstream.RetryMaxDelay}
 	}
 	// A nil policy (no default.yaml) still validates the body and changes nothing.
-	parts, info, err := pol.RewriteParts(body, x.header, countTokens)
+	parts, info, err := pol.RewriteParts(body, q.header, countTokens)
 	if err != nil {
 		var re *policy.RequestError
 		if errors.As(err, &re) {
@@ -125,19 +125,17 @@ func (x *exchange) readAndRewrite(countTokens bool) bool {
 		x.fail(http.StatusBadRequest, "invalid_request_error", err.Error())
 		return false
 	}
-	x.parts, x.info = parts, info
-	if x.memory {
+	// Rewrite read model and stream in its validating pass; a gjson lookup
+	// of an absent "stream" would walk the whole body once more.
+	q.parts, q.info, q.model, q.stream = parts, info, info.Model, info.Stream
+	if q.memory {
 		// The memory loop builds its next requests from the whole body.
-		x.body = joinParts(parts)
-		if x.body, err = x.applyContinuation(r.Context(), x.body); err != nil {
+		if q.body, err = x.applyContinuation(r.Context(), joinParts(parts)); err != nil {
 			x.fail(http.StatusServiceUnavailable, "api_error", "memory store unavailable: "+err.Error())
 			return false
 		}
-		x.parts = [][]byte{x.body}
+		q.parts = [][]byte{q.body}
 	}
-	// Rewrite read both in its validating pass; a gjson lookup of an absent
-	// "stream" would walk the whole body once more.
-	x.model, x.stream = info.Model, info.Stream
 	return true
 }
 
@@ -171,42 +169,38 @@ func readBody(r *http.Request, limit int64) ([]byte, *bodyLease, error) {
 	return b, nil, err
 }
 
-// roundTrip sends body upstream (retrying per the tenant's policy while no
-// memory write happened) and returns the reply with an identity body.
-func (x *exchange) roundTrip(ctx context.Context, body [][]byte) (*http.Response, time.Time, error) {
-	p := x.retry
-	if x.wrote {
-		p.retries = 0 // never repeat a loop step after a memory write
-	}
-	t0 := time.Now()
-	resp, err := x.s.up.do(ctx, func() (*http.Request, error) {
-		return x.s.up.newRequest(ctx, x.r, x.header, body, x.lease)
+// roundTrip sends body upstream, retrying per p, and returns the reply with
+// an identity body. t0 is when it was sent: the call's upstream time runs
+// until its reply was read (accounting.waited).
+func (x *exchange) roundTrip(ctx context.Context, body [][]byte, p retryPolicy) (resp *http.Response, t0 time.Time, err error) {
+	t0 = time.Now()
+	resp, err = x.s.up.do(ctx, func() (*http.Request, error) {
+		return x.s.up.newRequest(ctx, x.r, x.req.header, body, x.req.lease)
 	}, p)
-	x.calls++
+	x.acct.called()
+	if err == nil {
+		if err = decodeBody(resp); err != nil {
+			resp.Body.Close()
+		}
+	}
 	if err != nil {
-		x.upDur += time.Since(t0)
+		x.acct.waited(t0)
 		return nil, t0, err
 	}
-	if err := decodeBody(resp); err != nil {
-		resp.Body.Close()
-		x.upDur += time.Since(t0)
-		return nil, t0, err
-	}
-	scrubReply(resp, x.upstreamKey)
+	scrubReply(resp, x.req.upstreamKey)
 	return resp, t0, nil
 }
 
 // relayOnce forwards the request and relays the reply as it is (count_tokens).
 func (x *exchange) relayOnce() {
-	ctx := x.r.Context()
-	resp, t0, err := x.roundTrip(ctx, x.parts)
+	resp, t0, err := x.roundTrip(x.r.Context(), x.req.parts, x.req.retry)
 	if err != nil {
 		x.upstreamError(err)
 		return
 	}
 	defer resp.Body.Close()
 	body, err := readReply(resp)
-	x.upDur += time.Since(t0)
+	x.acct.waited(t0)
 	if err != nil {
 		x.upstreamError(err)
 		return
@@ -214,102 +208,7 @@ func (x *exchange) relayOnce() {
 	x.writeReply(resp, body)
 }
 
-func (x *exchange) upstreamError(err error) {
-	status, msg := upstreamFailure(x.r.Context(), err)
-	if status == 0 {
-		x.status = 499 // client closed the request
-		return
-	}
-	x.s.log.Warn("upstream failed", zap.String("tenant", x.tenant), zap.Error(err))
-	x.fail(status, "", msg)
-}
-
-// readReply reads a whole non-streamed reply, sized once when its length
-// is known.
-func readReply(resp *http.Response) ([]byte, error) {
-	if n := resp.ContentLength; n >= 0 && n <= maxReplyBytes {
-		buf := make([]byte, n)
-		_, err := io.ReadFull(resp.Body, buf)
-		return buf, err
-	}
-	return io.ReadAll(io.LimitReader(resp.Body, maxReplyBytes))
-}
-
-// copyReplyHeaders copies the upstream's end-to-end headers (request-id,
-// retry-after, anthropic-ratelimit-*) to the client.
-func copyReplyHeaders(dst, src http.Header) {
-	for k, vv := range src {
-		dst[k] = append(dst[k][:0:0], vv...)
-	}
-	removeHopHeaders(dst)
-	dst.Del("Content-Length")
-}
-
-func (x *exchange) writeReply(resp *http.Response, body []byte) {
-	h := x.w.Header()
-	copyReplyHeaders(h, resp.Header)
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	x.status = resp.StatusCode
-	x.w.WriteHeader(resp.StatusCode)
-	n, _ := x.w.Write(body)
-	x.outN += int64(n)
-}
-
-// record accounts one upstream call.
-func (x *exchange) record(resp *http.Response, u tokens.Usage, edits []tokens.AppliedEdit) {
-	x.usage.Add(u)
-	rec := x.s.cfg.Recorder
-	if rec == nil {
-		return
-	}
-	rec.Record(x.r.Context(), tokens.Call{
-		Time:      time.Now(),
-		Tenant:    x.tenantLabel(),
-		Model:     x.model,
-		RequestID: resp.Header.Get("Request-Id"),
-		Stream:    x.stream,
-		Status:    resp.StatusCode,
-		Usage:     u,
-		Edits:     edits,
-	})
-}
-
-func (x *exchange) tenantLabel() string {
-	if x.tenant == "" {
-		return "none"
-	}
-	return x.tenant
-}
-
 // scope is the tenant's memory namespace.
 func (x *exchange) scope() memoryhook.Scope {
-	return memoryhook.Scope{Tenant: x.pol.Tenant, Limits: memoryhook.Limits(x.pol.Memory.Limits)}
-}
-
-// finish writes the request's log line and metrics.
-func (x *exchange) finish() {
-	x.lease.release()
-	d := time.Since(x.start)
-	if m := x.s.cfg.Metrics; m != nil {
-		m.ObserveRequest(x.tenantLabel(), x.model, x.status, x.upDur, max(d-x.upDur, 0))
-	}
-	if ce := x.s.log.Check(zap.InfoLevel, "request"); ce != nil {
-		ce.Write(
-			zap.String("tenant", x.tenantLabel()),
-			zap.String("key", x.keyID),
-			zap.String("path", x.r.URL.Path),
-			zap.String("model", x.model),
-			zap.Bool("stream", x.stream),
-			zap.Int("status", x.status),
-			zap.Duration("duration", d),
-			zap.Duration("upstream_duration", x.upDur),
-			zap.Int("upstream_calls", x.calls),
-			zap.Int("memory_commands", x.memCmds),
-			zap.Int64("bytes_in", x.bytesIn),
-			zap.Int64("bytes_out", x.outN),
-			zap.Strings("edits", x.info.Edits),
-			zap.Int64("input_tokens", x.usage.InputTokens),
-			zap.Int64("output_tokens", x.usage.OutputTokens),
-		)
-	}
+	return memoryhook.Scope{Tenant: x.req.pol.Tenant, Limits: memoryhook.Limits(x.req.pol.Memory.Limits)}
 }

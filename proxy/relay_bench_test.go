@@ -55,15 +55,14 @@ func BenchmarkRelay(b *testing.B) {
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
 			stream := benchStream(200, tc.first)
-			x := &exchange{memory: tc.memory}
 			dw := &discardWriter{}
-			sw := &streamWriter{w: dw, rc: http.NewResponseController(dw)}
+			sw := newStreamWriter(dw)
 			b.SetBytes(int64(len(stream)))
 			b.ReportAllocs()
 			for b.Loop() {
-				rd := &round{}
-				next := tc.next
-				if err := x.relay(newSSEReader(bytes.NewReader(stream)), sw, rd, tc.round, &next); err != nil {
+				rd := &round{memory: tc.memory, first: tc.round == 0}
+				sw.next = tc.next
+				if err := rd.relay(newSSEReader(bytes.NewReader(stream)), sw); err != nil {
 					b.Fatal(err)
 				}
 				if !rd.done {

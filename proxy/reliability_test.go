@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -120,6 +121,40 @@ func TestNoRetryInsideTheMemoryLoopAfterAMemoryWrite(t *testing.T) {
 	}
 }
 
+// Whether the loop may still retry is what the memory command reports
+// (Result.Wrote), not its name: a write refused before it touched the store
+// leaves retries on, a write that failed part way turns them off.
+func TestLoopRetriesStopOnlyAfterACommandThatMayHaveWritten(t *testing.T) {
+	cases := []struct {
+		name      string
+		call      json.RawMessage
+		readOnly  bool
+		wantCalls int
+		wantCode  int
+	}{
+		{"a create refused by the guard is retried", fakeapi.MemoryCreate("/etc/passwd", "x"), false, 3, 200},
+		{"an unknown command is retried", json.RawMessage(`{"type":"tool_use","id":"toolu_x","name":"memory","input":{"command":"frobnicate"}}`), false, 3, 200},
+		{"a create the store failed part way is not", fakeapi.MemoryCreate("/memories/a.md", "x"), true, 2, 529},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarnessWith(t, nil, withRetries(3))
+			if tc.readOnly {
+				h.srv.cfg.Memory = readOnlyStore{h.mem}
+			}
+			h.fake.Enqueue(fakeapi.Blocks(tc.call), fakeapi.Overloaded(), fakeapi.TextReply("done"))
+			resp := h.post("/v1/messages", keyAcme, simpleBody)
+			got := readAll(t, resp.Body)
+			if resp.StatusCode != tc.wantCode {
+				t.Fatalf("status %d body %s, want %d", resp.StatusCode, got, tc.wantCode)
+			}
+			if n := len(h.fake.Requests()); n != tc.wantCalls {
+				t.Fatalf("upstream calls = %d, want %d", n, tc.wantCalls)
+			}
+		})
+	}
+}
+
 // settleGoroutines waits for goroutines to drop back to at most base+slack.
 func settleGoroutines(t *testing.T, base int) {
 	t.Helper()
@@ -233,6 +268,15 @@ func TestAFullOrReadOnlyStoreAnswersErrorResultsAndTheRequestCompletes(t *testin
 		res := gjson.GetBytes(h.lastUpstream("/v1/messages").Body, "messages.@reverse.0.content.0")
 		if !res.Get("is_error").Bool() || !strings.HasPrefix(res.Get("content").Str, "Error: memory store unavailable") {
 			t.Fatalf("tool_result = %s", res.Raw)
+		}
+		// The operator sees the outage too, with who and what.
+		logged := h.logs.FilterMessage("memory store unavailable").All()
+		if len(logged) != 1 {
+			t.Fatalf("%d outage log lines, want 1", len(logged))
+		}
+		f := logged[0].ContextMap()
+		if f["tenant"] != "acme" || f["command"] != "create" || f["error"] == nil {
+			t.Fatalf("outage logged without tenant, command or cause: %v", f)
 		}
 	})
 }

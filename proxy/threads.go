@@ -34,7 +34,7 @@ func (x *exchange) continuations() memoryhook.Continuations {
 // saveContinuation records, for the reply id the client saw, the id the
 // thread really continues from and the tool_results it still owes.
 func (x *exchange) saveContinuation(ctx context.Context, clientID, lastID string, results []byte) {
-	if !x.info.Threaded || clientID == "" || (clientID == lastID && results == nil) {
+	if !x.req.info.Threaded || clientID == "" || (clientID == lastID && results == nil) {
 		return
 	}
 	c := x.continuations()
@@ -46,8 +46,8 @@ func (x *exchange) saveContinuation(ctx context.Context, clientID, lastID string
 		data = append(append(data, `,"results":`...), results...)
 	}
 	data = append(data, '}')
-	if err := c.PutContinuation(ctx, x.pol.Tenant, clientID, data, continuationTTL); err != nil {
-		x.s.log.Error("keep thread continuation", zap.String("tenant", x.tenant), zap.Error(err))
+	if err := c.PutContinuation(ctx, x.req.pol.Tenant, clientID, data, continuationTTL); err != nil {
+		x.s.log.Error("keep thread continuation", zap.String("tenant", x.req.tenant), zap.Error(err))
 	}
 }
 
@@ -57,7 +57,7 @@ func (x *exchange) saveContinuation(ctx context.Context, clientID, lastID string
 func (x *exchange) applyContinuation(ctx context.Context, body []byte) ([]byte, error) {
 	// Only memory proxy mode leaves continuations; other tenants never wait
 	// on the memory store.
-	if !x.memory || !x.info.ThreadContinue {
+	if !x.req.memory || !x.req.info.ThreadContinue {
 		return body, nil
 	}
 	c := x.continuations()
@@ -65,7 +65,7 @@ func (x *exchange) applyContinuation(ctx context.Context, body []byte) ([]byte, 
 		return body, nil
 	}
 	prev := gjson.GetBytes(body, "thread.previous_message_id").Str
-	data, err := c.GetContinuation(ctx, x.pol.Tenant, prev)
+	data, err := c.GetContinuation(ctx, x.req.pol.Tenant, prev)
 	if err != nil || data == nil {
 		return body, err
 	}

@@ -85,7 +85,8 @@ type Stack struct {
 	FakeURL, ProxyURL      string // http://127.0.0.1:port
 	PoliciesDir, MemoryDir string
 
-	stops []func() // in the order Close runs them
+	proxyServer *http.Server
+	stops       []func() // in the order Close runs them
 }
 
 // Start runs the fake upstream and a ctxproxy in front of it. Close stops
@@ -116,7 +117,8 @@ func Start(cfg Config) (_ *Stack, err error) {
 		return nil, fmt.Errorf("open memory store: %w", err)
 	}
 	s.stops = append(s.stops, func() { _ = mem.Close() })
-	if s.FakeURL, err = s.serve(s.Fake, log); err != nil {
+	fake := &http.Server{Handler: s.Fake, ReadHeaderTimeout: 10 * time.Second}
+	if s.FakeURL, err = s.serve(fake, log); err != nil {
 		return nil, err
 	}
 	up, err := url.Parse(s.FakeURL)
@@ -127,20 +129,21 @@ func Start(cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.ProxyURL, err = s.serve(srv, log); err != nil {
+	// The server the binary listens with: its timeouts, its limits.
+	s.proxyServer = proxy.NewHTTPServer(srv, log)
+	if s.ProxyURL, err = s.serve(s.proxyServer, log); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// serve runs h on 127.0.0.1:0; Close stops it before what was served
+// serve runs hs on 127.0.0.1:0; Close stops it before what was served
 // earlier, so the proxy goes before its upstream and its memory store.
-func (s *Stack) serve(h http.Handler, log *zap.Logger) (string, error) {
+func (s *Stack) serve(hs *http.Server, log *zap.Logger) (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", fmt.Errorf("listen: %w", err)
 	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("serve", zap.String("addr", ln.Addr().String()), zap.Error(err))

@@ -4,6 +4,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"go.uber.org/zap"
+
+	"github.com/ctxproxy/ctxproxy/proxy"
 )
 
 func TestStartServesATenantThroughTheProxyAndCloseStopsBoth(t *testing.T) {
@@ -40,5 +44,19 @@ func TestStartServesATenantThroughTheProxyAndCloseStopsBoth(t *testing.T) {
 			resp.Body.Close()
 			t.Errorf("%s still serves after Close", u)
 		}
+	}
+}
+
+func TestTheProxyRunsWithTheBinarysServerSettings(t *testing.T) {
+	s, err := Start(Config{Dir: t.TempDir(), Policies: map[string]string{"default.yaml": DefaultPolicy}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	want, got := proxy.NewHTTPServer(nil, zap.NewNop()), s.proxyServer
+	if got.ReadHeaderTimeout != want.ReadHeaderTimeout || got.ReadTimeout != want.ReadTimeout ||
+		got.WriteTimeout != want.WriteTimeout || got.IdleTimeout != want.IdleTimeout ||
+		got.MaxHeaderBytes != want.MaxHeaderBytes || got.ErrorLog == nil {
+		t.Fatalf("the stack's proxy server differs from the binary's: got %+v, want %+v", got, want)
 	}
 }

@@ -1,0 +1,95 @@
+package proxy
+
+import (
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ctxproxy/ctxproxy/memoryhook"
+	"github.com/ctxproxy/ctxproxy/tokens"
+)
+
+// accounting is what serving one client request cost upstream. Only the
+// methods in this file change it.
+type accounting struct {
+	calls   int           // upstream calls (a call's retries count once)
+	upDur   time.Duration // time spent waiting on the upstream
+	memCmds int           // memory commands run
+	usage   tokens.Usage  // summed over the calls
+}
+
+// called counts one upstream call.
+func (a *accounting) called() { a.calls++ }
+
+// waited adds the time since t0 to the upstream time: a call's time runs
+// from sending it until its reply was read.
+func (a *accounting) waited(t0 time.Time) { a.upDur += time.Since(t0) }
+
+// record accounts one upstream call's usage and applied edits.
+func (x *exchange) record(resp *http.Response, u tokens.Usage, edits []tokens.AppliedEdit) {
+	x.acct.usage.Add(u)
+	rec := x.s.cfg.Recorder
+	if rec == nil {
+		return
+	}
+	rec.Record(x.r.Context(), tokens.Call{
+		Time:      time.Now(),
+		Tenant:    x.tenantLabel(),
+		Model:     x.req.model,
+		RequestID: resp.Header.Get("Request-Id"),
+		Stream:    x.req.stream,
+		Status:    resp.StatusCode,
+		Usage:     u,
+		Edits:     edits,
+	})
+}
+
+// memoryCommand accounts one memory command. A store outage is the
+// operator's to see, not only the model's: it is logged with the tenant
+// and the command.
+func (x *exchange) memoryCommand(res memoryhook.Result) {
+	x.acct.memCmds++
+	if m := x.s.cfg.Metrics; m != nil {
+		m.MemoryCommand(x.tenantLabel(), res.Command, res.IsError)
+	}
+	if res.Unavailable {
+		x.s.log.Error("memory store unavailable", zap.String("tenant", x.tenantLabel()),
+			zap.String("command", res.Command), zap.Error(res.Err))
+	}
+}
+
+func (x *exchange) tenantLabel() string {
+	if x.req.tenant == "" {
+		return "none"
+	}
+	return x.req.tenant
+}
+
+// finish writes the request's log line and metrics.
+func (x *exchange) finish() {
+	x.req.lease.release()
+	d := time.Since(x.req.start)
+	if m := x.s.cfg.Metrics; m != nil {
+		m.ObserveRequest(x.tenantLabel(), x.req.model, x.out.status, x.acct.upDur, max(d-x.acct.upDur, 0))
+	}
+	if ce := x.s.log.Check(zap.InfoLevel, "request"); ce != nil {
+		ce.Write(
+			zap.String("tenant", x.tenantLabel()),
+			zap.String("key", x.req.keyID),
+			zap.String("path", x.r.URL.Path),
+			zap.String("model", x.req.model),
+			zap.Bool("stream", x.req.stream),
+			zap.Int("status", x.out.status),
+			zap.Duration("duration", d),
+			zap.Duration("upstream_duration", x.acct.upDur),
+			zap.Int("upstream_calls", x.acct.calls),
+			zap.Int("memory_commands", x.acct.memCmds),
+			zap.Int64("bytes_in", x.req.bytesIn),
+			zap.Int64("bytes_out", x.out.n),
+			zap.Strings("edits", x.req.info.Edits),
+			zap.Int64("input_tokens", x.acct.usage.InputTokens),
+			zap.Int64("output_tokens", x.acct.usage.OutputTokens),
+		)
+	}
+}

@@ -1,0 +1,279 @@
+package proxy
+
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
+	"github.com/ctxproxy/ctxproxy/tokens"
+)
+
+// The relay of one upstream stream to the client. Every event is written and
+// flushed as it arrives. In memory proxy mode it withholds memory tool_use
+// blocks, renumbers the blocks it passes so the client sees no gaps, and
+// keeps every block, to rebuild the assistant turn for the next round.
+
+// round is what one upstream stream told the relay.
+type round struct {
+	memory bool // memory proxy mode: withhold, renumber and keep blocks
+	first  bool // the first round: its message_start goes to the client
+
+	id         string
+	stopReason string
+	delta      []byte   // the message_delta event's data, withheld until the end
+	stopRaw    []byte   // the message_stop event as it came
+	blocks     []*block // by upstream index
+	calls      []memCall
+	others     int  // client tool_use blocks
+	withheld   bool // some block was not shown to the client
+	done       bool // message_stop seen
+	failed     bool // an error event was relayed
+	meter      tokens.StreamMeter
+}
+
+// end is what the round tells the memory loop.
+func (rd *round) end() roundEnd {
+	return roundEnd{id: rd.id, stopReason: rd.stopReason, calls: rd.calls, others: rd.others}
+}
+
+// relay copies one upstream stream to the client, up to its message_stop.
+func (rd *round) relay(src *sseReader, sw *streamWriter) error {
+	for {
+		ev, err := src.Next()
+		if err != nil {
+			return err
+		}
+		switch string(ev.Name) {
+		case "message_start":
+			rd.meter.Event("message_start", ev.Data)
+			rd.id = gjson.GetBytes(ev.Data, "message.id").Str
+			if rd.first {
+				sw.send(ev.Raw)
+			}
+		case "content_block_start":
+			if !rd.memory { // nothing withheld, no later round: relay as is
+				sw.send(ev.Raw)
+				continue
+			}
+			rd.blockStart(ev, sw)
+		case "content_block_delta", "content_block_stop":
+			if !rd.memory {
+				sw.send(ev.Raw)
+				continue
+			}
+			rd.blockEvent(ev, sw)
+		case "message_delta":
+			rd.meter.Event("message_delta", ev.Data)
+			rd.stopReason = gjson.GetBytes(ev.Data, "delta.stop_reason").Str
+			rd.delta = append(rd.delta[:0], ev.Data...)
+		case "message_stop":
+			rd.stopRaw = append([]byte(nil), ev.Raw...)
+			rd.done = true
+			return nil
+		case "error":
+			sw.send(ev.Raw)
+			rd.failed = true
+			return nil
+		default: // ping and events this proxy does not know: pass them on
+			sw.send(ev.Raw)
+		}
+		if sw.err != nil {
+			return sw.err
+		}
+	}
+}
+
+// blockStart keeps a new block and relays it under the client's next
+// index, unless it is a memory call, which is withheld.
+func (rd *round) blockStart(ev sseEvent, sw *streamWriter) {
+	// gjson.Get on a view of the event: no copies per event. What is kept
+	// past this event (start, id) is copied.
+	data := bstr(ev.Data)
+	ir := gjson.Get(data, "index")
+	idx := int(ir.Int())
+	b := newBlock(gjson.Get(data, "content_block"))
+	if b.toolUse && !b.memory {
+		rd.others++
+	}
+	if idx >= 0 {
+		if len(rd.blocks) <= idx {
+			rd.blocks = append(rd.blocks, make([]*block, idx+1-len(rd.blocks))...)
+		}
+		rd.blocks[idx] = b
+	}
+	if b.memory {
+		rd.withheld = true
+		return
+	}
+	b.client = sw.next
+	sw.next++
+	sw.sendIndexed(ev, ir, idx, b.client)
+}
+
+// blockEvent adds a delta to its block or ends the block, and relays it
+// under the block's client index unless the block is withheld.
+func (rd *round) blockEvent(ev sseEvent, sw *streamWriter) {
+	ir := gjson.Get(bstr(ev.Data), "index")
+	idx := int(ir.Int())
+	if idx < 0 || idx >= len(rd.blocks) || rd.blocks[idx] == nil {
+		return // no such block started: drop what cannot be placed
+	}
+	b := rd.blocks[idx]
+	if ev.Name[len("content_block_")] == 'd' {
+		b.addDelta(ev.Data)
+	} else if b.memory {
+		rd.calls = append(rd.calls, memCall{id: b.id, input: b.inputJSON()})
+	}
+	if !b.memory {
+		sw.sendIndexed(ev, ir, idx, b.client)
+	}
+}
+
+// assistantTurn is the round's content as a JSON array, memory calls included.
+func (rd *round) assistantTurn() []byte {
+	parts := make([][]byte, 0, len(rd.blocks))
+	for _, b := range rd.blocks {
+		if b != nil {
+			parts = append(parts, b.json())
+		}
+	}
+	return joinArray(parts)
+}
+
+// block accumulates one content block from its events, to rebuild the
+// assistant turn for the next round of a full-history loop.
+type block struct {
+	start     []byte // content_block from content_block_start
+	text      []byte // text, thinking, signature: JSON string contents, still escaped
+	thinking  []byte
+	signature []byte
+	input     []byte
+	citations [][]byte
+	memory    bool // a memory tool_use: withheld from the client
+	toolUse   bool
+	id        string
+	client    int // the index the client sees it under
+}
+
+// newBlock is the block a content_block_start's content_block begins.
+func newBlock(cb gjson.Result) *block {
+	b := &block{start: []byte(cb.Raw)}
+	if cb.Get("type").Str == "tool_use" {
+		b.toolUse = true
+		b.id = strings.Clone(cb.Get("id").Str)
+		b.memory = cb.Get("name").Str == "memory"
+	}
+	return b
+}
+
+func (b *block) json() []byte {
+	out := b.start
+	set := func(path string, raw []byte) {
+		if o, err := sjson.SetRawBytes(out, path, raw); err == nil {
+			out = o
+		}
+	}
+	if len(b.text) > 0 {
+		set("text", quoted(b.text))
+	}
+	if len(b.thinking) > 0 {
+		set("thinking", quoted(b.thinking))
+	}
+	if len(b.signature) > 0 {
+		set("signature", quoted(b.signature))
+	}
+	if b.toolUse {
+		in := b.input
+		if len(in) == 0 || !gjson.ValidBytes(in) {
+			in = []byte("{}")
+		}
+		set("input", in)
+	}
+	if len(b.citations) > 0 {
+		set("citations", joinArray(b.citations))
+	}
+	return out
+}
+
+func (b *block) addDelta(data []byte) {
+	d := gjson.Get(bstr(data), "delta") // a view: appends below copy what is kept
+	switch d.Get("type").Str {
+	case "text_delta":
+		b.text = appendEscaped(b.text, d.Get("text"))
+	case "input_json_delta":
+		b.input = append(b.input, d.Get("partial_json").Str...)
+	case "thinking_delta":
+		b.thinking = appendEscaped(b.thinking, d.Get("thinking"))
+	case "signature_delta":
+		b.signature = appendEscaped(b.signature, d.Get("signature"))
+	case "citations_delta":
+		b.citations = append(b.citations, []byte(d.Get("citation").Raw))
+	}
+}
+
+// appendEscaped appends a JSON string's contents as they are, escapes and
+// all: fragments of one string concatenate into that string, so the text is
+// never unescaped per delta and escaped again for the next round.
+func appendEscaped(dst []byte, r gjson.Result) []byte {
+	if r.Type != gjson.String || len(r.Raw) < 2 {
+		return dst
+	}
+	return append(dst, r.Raw[1:len(r.Raw)-1]...)
+}
+
+// quoted makes the accumulated contents a JSON string again. Contents that
+// are not valid UTF-8 (a broken upstream) go through jsonstr, which replaces
+// the bad bytes, so the next round's body stays valid.
+func quoted(escaped []byte) []byte {
+	if !utf8.Valid(escaped) {
+		return jsonstr.Append(nil, gjson.Parse(`"`+string(escaped)+`"`).Str)
+	}
+	out := make([]byte, 0, len(escaped)+2)
+	out = append(out, '"')
+	out = append(out, escaped...)
+	return append(out, '"')
+}
+
+func (b *block) inputJSON() []byte {
+	if len(b.input) == 0 {
+		return []byte(gjson.GetBytes(b.start, "input").Raw)
+	}
+	return b.input
+}
+
+// sendIndexed relays ev with its index changed to to, when it differs.
+// ir is ev's "index" member: the new number is spliced in at its offset,
+// into a buffer the stream reuses.
+func (sw *streamWriter) sendIndexed(ev sseEvent, ir gjson.Result, from, to int) {
+	if from == to {
+		sw.send(ev.Raw)
+		return
+	}
+	if ir.Type != gjson.Number || ir.Index <= 0 || ir.Index+len(ir.Raw) > len(ev.Data) {
+		d, err := sjson.SetRawBytes(append([]byte(nil), ev.Data...), "index", strconv.AppendInt(nil, int64(to), 10))
+		if err != nil {
+			sw.send(ev.Raw)
+			return
+		}
+		sw.send(appendSSE(nil, string(ev.Name), d))
+		return
+	}
+	b := append(sw.scratch[:0], "event: "...)
+	b = append(b, ev.Name...)
+	b = append(b, "\ndata: "...)
+	b = append(b, ev.Data[:ir.Index]...)
+	b = strconv.AppendInt(b, int64(to), 10)
+	b = append(b, ev.Data[ir.Index+len(ir.Raw):]...)
+	b = append(b, "\n\n"...)
+	sw.scratch = b
+	sw.send(b)
+}
+
+// bstr views b as a string without copying; only for reads that do not
+// outlive b.
+func bstr(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

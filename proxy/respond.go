@@ -1,0 +1,106 @@
+package proxy
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+
+	"go.uber.org/zap"
+)
+
+// clientReply is what the client got. Only the writers in this file change
+// it: an error answer, a relayed reply, or the stream (streamWriter).
+type clientReply struct {
+	status int
+	n      int64 // bytes written
+}
+
+// fail answers with the API's error shape before anything else was sent.
+func (x *exchange) fail(status int, typ, msg string) {
+	x.out.status = status
+	x.out.n += int64(writeError(x.w, status, typ, msg))
+}
+
+// upstreamError answers a failed upstream call in the API's shape, or
+// notes that the client itself went away.
+func (x *exchange) upstreamError(err error) {
+	status, msg := upstreamFailure(x.r.Context(), err)
+	if status == 0 {
+		x.out.status = 499 // client closed the request
+		return
+	}
+	x.s.log.Warn("upstream failed", zap.String("tenant", x.req.tenant), zap.Error(err))
+	x.fail(status, "", msg)
+}
+
+// writeReply relays a whole reply with the upstream's status and headers.
+func (x *exchange) writeReply(resp *http.Response, body []byte) {
+	h := x.w.Header()
+	copyReplyHeaders(h, resp.Header)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	x.out.status = resp.StatusCode
+	x.w.WriteHeader(resp.StatusCode)
+	n, _ := x.w.Write(body)
+	x.out.n += int64(n)
+}
+
+// readReply reads a whole non-streamed reply, sized once when its length
+// is known.
+func readReply(resp *http.Response) ([]byte, error) {
+	if n := resp.ContentLength; n >= 0 && n <= maxReplyBytes {
+		buf := make([]byte, n)
+		_, err := io.ReadFull(resp.Body, buf)
+		return buf, err
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, maxReplyBytes))
+}
+
+// copyReplyHeaders copies the upstream's end-to-end headers (request-id,
+// retry-after, anthropic-ratelimit-*) to the client.
+func copyReplyHeaders(dst, src http.Header) {
+	for k, vv := range src {
+		dst[k] = append(dst[k][:0:0], vv...)
+	}
+	removeHopHeaders(dst)
+	dst.Del("Content-Length")
+}
+
+// streamWriter is the one event stream the client sees, across every round
+// of the memory loop. Every write is flushed at once.
+type streamWriter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	started bool   // the 200 and headers went out
+	next    int    // the client's next content block index
+	n       int64  // bytes written
+	err     error  // the first failed write: the client is gone
+	scratch []byte // a renumbered event being sent; reused
+}
+
+func newStreamWriter(w http.ResponseWriter) *streamWriter {
+	return &streamWriter{w: w, rc: http.NewResponseController(w)}
+}
+
+// startStream sends the status and the first reply's headers.
+func (x *exchange) startStream(sw *streamWriter, resp *http.Response) {
+	copyReplyHeaders(sw.w.Header(), resp.Header)
+	x.out.status = http.StatusOK
+	sw.w.WriteHeader(http.StatusOK)
+	sw.started = true
+	sw.send(nil)
+}
+
+// streamed counts what the stream wrote, once it is over.
+func (x *exchange) streamed(sw *streamWriter) { x.out.n += sw.n }
+
+func (sw *streamWriter) send(b []byte) {
+	if sw.err != nil {
+		return
+	}
+	n, err := sw.w.Write(b)
+	sw.n += int64(n)
+	if err == nil {
+		err = sw.rc.Flush()
+	}
+	sw.err = err
+}
