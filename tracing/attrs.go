@@ -1,0 +1,143 @@
+package tracing
+
+import "go.opentelemetry.io/otel/attribute"
+
+// Attribute names: the GenAI semantic conventions' for Anthropic
+// (docs/gen-ai/anthropic.md), and ctxproxy's own under "ctxproxy.".
+const (
+	AttrProviderName           = "gen_ai.provider.name"
+	AttrOperationName          = "gen_ai.operation.name"
+	AttrRequestModel           = "gen_ai.request.model"
+	AttrRequestMaxTokens       = "gen_ai.request.max_tokens"
+	AttrRequestStream          = "gen_ai.request.stream"
+	AttrResponseID             = "gen_ai.response.id"
+	AttrResponseModel          = "gen_ai.response.model"
+	AttrResponseFinishReasons  = "gen_ai.response.finish_reasons"
+	AttrConversationID         = "gen_ai.conversation.id"
+	AttrUsageInputTokens       = "gen_ai.usage.input_tokens"
+	AttrUsageOutputTokens      = "gen_ai.usage.output_tokens"
+	AttrUsageCacheReadTokens   = "gen_ai.usage.cache_read.input_tokens"
+	AttrUsageCacheCreateTokens = "gen_ai.usage.cache_creation.input_tokens"
+	AttrErrorType              = "error.type"
+
+	AttrTenant             = "ctxproxy.tenant"
+	AttrPolicyMode         = "ctxproxy.policy.mode"
+	AttrEditsWritten       = "ctxproxy.edits.written"
+	AttrAppliedEdits       = "ctxproxy.edits.applied"
+	AttrClearedInputTokens = "ctxproxy.cleared.input_tokens"
+	AttrClearedToolUses    = "ctxproxy.cleared.tool_uses"
+	AttrCostUSD            = "ctxproxy.cost_usd"
+	AttrMemoryRound        = "ctxproxy.memory.round"
+	AttrMemoryCommand      = "ctxproxy.memory.command"
+	AttrMemoryResult       = "ctxproxy.memory.result"
+	AttrMemoryBytes        = "ctxproxy.memory.bytes"
+	AttrUpstreamStatus     = "http.response.status_code"
+)
+
+// OperationChat is gen_ai.operation.name of a Messages call.
+const OperationChat = "chat"
+
+// ChatRequest is what is known of an upstream call before it is sent.
+type ChatRequest struct {
+	Operation      string // default "chat"
+	Model          string
+	MaxTokens      int64
+	Stream         bool
+	ConversationID string // the thread's previous_message_id, when threaded
+	Tenant         string
+	PolicyMode     string   // the tenant's context_management mode
+	Edits          []string // edits the proxy wrote into the request
+	Round          int      // memory-loop round, 0 for the client's own call
+}
+
+// ChatResponse is what the reply told of the call.
+type ChatResponse struct {
+	Status        int
+	ID            string
+	Model         string
+	StopReason    string
+	InputTokens   int64 // the API's input_tokens (uncached)
+	OutputTokens  int64
+	CacheRead     int64
+	CacheCreation int64
+	AppliedEdits  []string // context_management.applied_edits[].type
+	ClearedInput  int64
+	ClearedTools  int64
+	CostUSD       float64
+}
+
+// EndChat records the reply on the span and ends it.
+func (s Span) EndChat(r ChatResponse) {
+	if s.sp == nil {
+		return
+	}
+	if s.sp.IsRecording() {
+		attrs := []attribute.KeyValue{
+			attribute.Int(AttrUpstreamStatus, r.Status),
+			// The conventions count every input token, cached or not.
+			attribute.Int64(AttrUsageInputTokens, r.InputTokens+r.CacheRead+r.CacheCreation),
+			attribute.Int64(AttrUsageOutputTokens, r.OutputTokens),
+			attribute.Int64(AttrUsageCacheReadTokens, r.CacheRead),
+			attribute.Int64(AttrUsageCacheCreateTokens, r.CacheCreation),
+			attribute.Int64(AttrClearedInputTokens, r.ClearedInput),
+			attribute.Int64(AttrClearedToolUses, r.ClearedTools),
+			attribute.Float64(AttrCostUSD, r.CostUSD),
+		}
+		if r.ID != "" {
+			attrs = append(attrs, attribute.String(AttrResponseID, r.ID))
+		}
+		if r.Model != "" {
+			attrs = append(attrs, attribute.String(AttrResponseModel, r.Model))
+		}
+		if r.StopReason != "" {
+			attrs = append(attrs, attribute.StringSlice(AttrResponseFinishReasons, []string{r.StopReason}))
+		}
+		if len(r.AppliedEdits) > 0 {
+			attrs = append(attrs, attribute.StringSlice(AttrAppliedEdits, r.AppliedEdits))
+		}
+		s.sp.SetAttributes(attrs...)
+		if r.Status >= 400 {
+			s.Fail(errorTypeForStatus(r.Status), "upstream answered an error")
+		}
+	}
+	s.sp.End()
+}
+
+// EndMemory records a memory command's outcome (never its content or a
+// host path) and ends the span.
+func (s Span) EndMemory(ok bool, bytes int) {
+	if s.sp == nil {
+		return
+	}
+	result := "ok"
+	if !ok {
+		result = "error"
+	}
+	s.sp.SetAttributes(attribute.String(AttrMemoryResult, result), attribute.Int(AttrMemoryBytes, bytes))
+	s.sp.End()
+}
+
+// errorTypeForStatus is the API's error type for an HTTP status, as its
+// error shape names them.
+func errorTypeForStatus(status int) string {
+	switch status {
+	case 400:
+		return "invalid_request_error"
+	case 401:
+		return "authentication_error"
+	case 403:
+		return "permission_error"
+	case 404:
+		return "not_found_error"
+	case 413:
+		return "request_too_large"
+	case 429:
+		return "rate_limit_error"
+	case 529:
+		return "overloaded_error"
+	}
+	if status >= 500 {
+		return "api_error"
+	}
+	return "_OTHER"
+}

@@ -1,0 +1,224 @@
+// Package tracing exports ctxproxy's OpenTelemetry traces: a server span per
+// client request, a client span per upstream Messages call named in the GenAI
+// semantic conventions' terms (`chat {model}`, gen_ai.* attributes), and a span
+// per memory command.
+//
+// It is configured by the standard OpenTelemetry environment variables only
+// (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+// OTEL_EXPORTER_OTLP_PROTOCOL: http/protobuf (default) or grpc,
+// OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER[_ARG],
+// OTEL_BSP_*), and is off unless an endpoint is set. Off means a nil *Tracer:
+// every method is a nil check and nothing else, so the request path pays
+// nothing for it.
+//
+// What never reaches an export: API keys, host paths, and message or memory
+// content unless a tenant's policy opts in (the caller decides; this package
+// only records the attributes it is given).
+package tracing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Tracer starts ctxproxy's spans. A nil *Tracer is valid and does nothing.
+type Tracer struct {
+	tp   *sdktrace.TracerProvider
+	t    trace.Tracer
+	prop propagation.TextMapPropagator
+}
+
+// Enabled reports whether traces are exported.
+func (t *Tracer) Enabled() bool { return t != nil }
+
+// Getenv is os.Getenv; tests substitute their own.
+type Getenv func(string) string
+
+// FromEnv builds the tracer the OTEL_* variables describe, or returns nil
+// when no OTLP endpoint is set. version is the service.version resource
+// attribute.
+func FromEnv(ctx context.Context, getenv Getenv, version string) (*Tracer, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+		return nil, nil
+	}
+	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
+		return nil, nil
+	}
+	exp, err := newExporter(ctx, getenv)
+	if err != nil {
+		return nil, err
+	}
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
+		attribute.String("service.version", version),
+	))
+	if err != nil {
+		return nil, fmt.Errorf("tracing: resource: %w", err)
+	}
+	if getenv("OTEL_SERVICE_NAME") == "" && !strings.Contains(getenv("OTEL_RESOURCE_ATTRIBUTES"), "service.name=") {
+		// resource.Default names an unnamed service "unknown_service:<binary>".
+		res, _ = resource.Merge(res, resource.NewSchemaless(attribute.String("service.name", "ctxproxy")))
+	}
+	// The sampler comes from OTEL_TRACES_SAMPLER (the SDK reads it), default
+	// parentbased_always_on: an agent's own sampled trace continues here.
+	tp := sdktrace.NewTracerProvider(
+		sdktrace.WithBatcher(exp),
+		sdktrace.WithResource(res),
+	)
+	return &Tracer{
+		tp:   tp,
+		t:    tp.Tracer("github.com/ctxproxy/ctxproxy"),
+		prop: propagation.TraceContext{},
+	}, nil
+}
+
+// newExporter picks OTLP/HTTP protobuf or gRPC by OTEL_EXPORTER_OTLP_PROTOCOL
+// (the traces-specific variable first). Both exporters read the endpoint,
+// headers, TLS and timeout variables themselves.
+func newExporter(ctx context.Context, getenv Getenv) (*otlptrace.Exporter, error) {
+	proto := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if proto == "" {
+		proto = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	var exp *otlptrace.Exporter
+	var err error
+	switch proto {
+	case "", "http/protobuf":
+		exp, err = otlptracehttp.New(ctx)
+	case "grpc":
+		exp, err = otlptracegrpc.New(ctx)
+	default:
+		return nil, fmt.Errorf("tracing: OTEL_EXPORTER_OTLP_PROTOCOL %q is not supported (use http/protobuf or grpc)", proto)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tracing: OTLP %s exporter: %w", proto, err)
+	}
+	return exp, nil
+}
+
+// Shutdown flushes the spans still queued and stops the exporter.
+func (t *Tracer) Shutdown(ctx context.Context) error {
+	if t == nil {
+		return nil
+	}
+	if err := t.tp.Shutdown(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("tracing: shutdown: %w", err)
+	}
+	return nil
+}
+
+// StartServer starts the server span of one client request, continuing the
+// trace of an incoming traceparent.
+func (t *Tracer) StartServer(r *http.Request, route string) (context.Context, Span) {
+	if t == nil {
+		return r.Context(), Span{}
+	}
+	ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx, sp := t.t.Start(ctx, r.Method+" "+route,
+		trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(
+			attribute.String("http.request.method", r.Method),
+			attribute.String("http.route", route),
+			attribute.String("url.path", r.URL.Path),
+		))
+	return ctx, Span{sp}
+}
+
+// StartChat starts the client span of one upstream Messages call:
+// `chat {model}`, kind CLIENT, with the request's GenAI attributes.
+func (t *Tracer) StartChat(ctx context.Context, req ChatRequest) (context.Context, Span) {
+	if t == nil {
+		return ctx, Span{}
+	}
+	op := req.Operation
+	if op == "" {
+		op = OperationChat
+	}
+	attrs := make([]attribute.KeyValue, 0, 10)
+	attrs = append(attrs,
+		attribute.String(AttrProviderName, "anthropic"),
+		attribute.String(AttrOperationName, op),
+		attribute.String(AttrRequestModel, req.Model),
+		attribute.Bool(AttrRequestStream, req.Stream),
+		attribute.String(AttrTenant, req.Tenant),
+		attribute.String(AttrPolicyMode, req.PolicyMode),
+		attribute.Int(AttrMemoryRound, req.Round),
+	)
+	if req.MaxTokens > 0 {
+		attrs = append(attrs, attribute.Int64(AttrRequestMaxTokens, req.MaxTokens))
+	}
+	if req.ConversationID != "" {
+		attrs = append(attrs, attribute.String(AttrConversationID, req.ConversationID))
+	}
+	if len(req.Edits) > 0 {
+		attrs = append(attrs, attribute.StringSlice(AttrEditsWritten, req.Edits))
+	}
+	ctx, sp := t.t.Start(ctx, op+" "+req.Model, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	return ctx, Span{sp}
+}
+
+// StartMemory starts the span of one memory command run by the proxy.
+func (t *Tracer) StartMemory(ctx context.Context, command string) (context.Context, Span) {
+	if t == nil {
+		return ctx, Span{}
+	}
+	ctx, sp := t.t.Start(ctx, "memory "+command, trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(attribute.String(AttrMemoryCommand, command)))
+	return ctx, Span{sp}
+}
+
+// Inject writes the traceparent of the span in ctx into h, so the upstream
+// sees the proxy's client span as the parent.
+func (t *Tracer) Inject(ctx context.Context, h http.Header) {
+	if t == nil {
+		return
+	}
+	t.prop.Inject(ctx, propagation.HeaderCarrier(h))
+}
+
+// Span is a started span; the zero Span (tracing off) ignores every call.
+type Span struct{ sp trace.Span }
+
+// Recording reports whether attributes set on the span are kept; callers
+// skip building attributes when not.
+func (s Span) Recording() bool { return s.sp != nil && s.sp.IsRecording() }
+
+// Set adds attributes.
+func (s Span) Set(kv ...attribute.KeyValue) {
+	if s.sp != nil {
+		s.sp.SetAttributes(kv...)
+	}
+}
+
+// Fail marks the span as failed with an error.type (the API's error type or
+// a short cause; never a key or a host path).
+func (s Span) Fail(errType, msg string) {
+	if s.sp == nil {
+		return
+	}
+	s.sp.SetAttributes(attribute.String(AttrErrorType, errType))
+	s.sp.SetStatus(codes.Error, msg)
+}
+
+// End ends the span.
+func (s Span) End() {
+	if s.sp != nil {
+		s.sp.End()
+	}
+}
