@@ -34,6 +34,7 @@ type Metrics struct {
 	cost            *prometheus.CounterVec   // tenant, model
 	savings         *prometheus.CounterVec   // tenant, model
 	priceUnknown    *prometheus.CounterVec   // tenant
+	openStreams     *prometheus.GaugeVec     // tenant
 	ledgerErrors    prometheus.Counter
 	ledgerDropped   prometheus.Counter
 
@@ -63,6 +64,7 @@ type pairChildren struct {
 type tenantChildren struct {
 	overhead     prometheus.Observer
 	priceUnknown prometheus.Counter
+	openStreams  prometheus.Gauge
 	// per edit type: clear_tool_uses, clear_thinking, other
 	clearedInput, clearedToolUses, clearedThinking [3]prometheus.Counter
 	// per memory command × result
@@ -139,6 +141,9 @@ func NewMetrics(tenants, models []string) *Metrics {
 	m.priceUnknown = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ctxproxy_price_unknown_total", Help: "Upstream calls whose model has no price in prices.yaml.",
 	}, []string{"tenant"})
+	m.openStreams = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "ctxproxy_open_streams", Help: "Streamed client requests being relayed now, by tenant.",
+	}, []string{"tenant"})
 	m.ledgerErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ctxproxy_ledger_errors_total", Help: "Ledger records that could not be written.",
 	})
@@ -147,7 +152,7 @@ func NewMetrics(tenants, models []string) *Metrics {
 	})
 	for _, c := range []prometheus.Collector{m.requests, m.upstreamCalls, m.upstream, m.overhead, m.tokensTotal,
 		m.clearedInput, m.clearedToolUses, m.clearedThinking, m.memory, m.cost, m.savings, m.priceUnknown,
-		m.ledgerErrors, m.ledgerDropped,
+		m.openStreams, m.ledgerErrors, m.ledgerDropped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
@@ -165,12 +170,18 @@ func (m *Metrics) Handler() http.Handler {
 }
 
 // SetTenants replaces the known tenant names (on policy reload). Series already created stay.
+// Each tenant's per-tenant series (edit types, memory commands × results, overhead, open
+// streams) are created at zero now, so a dashboard has a series for every panel before the
+// first edit or memory call happens.
 func (m *Metrics) SetTenants(tenants []string) {
 	set := make(map[string]struct{}, len(tenants))
 	for _, t := range tenants {
 		set[t] = struct{}{}
 	}
 	m.tenants.Store(&set)
+	for _, t := range tenants {
+		m.tenant(t)
+	}
 }
 
 // SetModels replaces the model labels (e.g. Prices.Models after reloading prices.yaml).
@@ -255,6 +266,7 @@ func (m *Metrics) tenant(tenant string) *tenantChildren {
 	c = &tenantChildren{
 		overhead:     m.overhead.WithLabelValues(t),
 		priceUnknown: m.priceUnknown.WithLabelValues(t),
+		openStreams:  m.openStreams.WithLabelValues(t),
 	}
 	for i, e := range editLabels {
 		c.clearedInput[i] = m.clearedInput.WithLabelValues(t, e)
@@ -345,6 +357,12 @@ func (m *Metrics) ObserveCall(c *Call) {
 		}
 	}
 }
+
+// StreamOpened counts a streamed client request now being relayed; StreamClosed when it ends.
+func (m *Metrics) StreamOpened(tenant string) { m.tenant(tenant).openStreams.Inc() }
+
+// StreamClosed is the end of a stream counted by StreamOpened.
+func (m *Metrics) StreamClosed(tenant string) { m.tenant(tenant).openStreams.Dec() }
 
 // LedgerError counts a ledger record that could not be written.
 func (m *Metrics) LedgerError() { m.ledgerErrors.Inc() }

@@ -174,3 +174,53 @@ func BenchmarkObserveCall(b *testing.B) {
 		m.ObserveCall(&c)
 	}
 }
+
+func TestMetricsSeriesExistBeforeTraffic(t *testing.T) {
+	m := NewMetrics([]string{"acme"}, nil)
+	count := func(name string, labels map[string]string) int {
+		mfs, err := m.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+		series:
+			for _, s := range mf.GetMetric() {
+				for _, lp := range s.GetLabel() {
+					if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+						continue series
+					}
+				}
+				n++
+			}
+		}
+		return n
+	}
+	t.Run("every edit type of a known tenant is at zero", func(t *testing.T) {
+		if n := count("ctxproxy_cleared_input_tokens_total", map[string]string{"tenant": "acme"}); n != len(editLabels) {
+			t.Errorf("%d series, want %d", n, len(editLabels))
+		}
+	})
+	t.Run("every memory command and result of a known tenant is at zero", func(t *testing.T) {
+		if n := count("ctxproxy_memory_commands_total", map[string]string{"tenant": "acme"}); n != 2*(len(memoryCommands)+1) {
+			t.Errorf("%d series, want %d", n, 2*(len(memoryCommands)+1))
+		}
+	})
+	t.Run("a tenant added by a reload gets its series too", func(t *testing.T) {
+		m.SetTenants([]string{"acme", "beta"})
+		if n := count("ctxproxy_open_streams", map[string]string{"tenant": "beta"}); n != 1 {
+			t.Errorf("%d open-stream series for beta, want 1", n)
+		}
+	})
+	t.Run("open streams go up and down", func(t *testing.T) {
+		m.StreamOpened("acme")
+		m.StreamOpened("acme")
+		m.StreamClosed("acme")
+		if got := testutil.ToFloat64(m.openStreams.WithLabelValues("acme")); got != 1 {
+			t.Errorf("open streams = %v, want 1", got)
+		}
+	})
+}

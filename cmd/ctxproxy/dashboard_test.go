@@ -1,0 +1,152 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
+)
+
+// dashboardExprs reads every PromQL expression of the shipped Grafana
+// dashboard, by panel title.
+func dashboardExprs(t *testing.T) map[string][]string {
+	t.Helper()
+	b, err := os.ReadFile("../../deploy/grafana/dashboards/ctxproxy.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("dashboard JSON: %v", err)
+	}
+	out := map[string][]string{}
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			out[p.Title] = append(out[p.Title], tg.Expr)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("the dashboard has no queries")
+	}
+	return out
+}
+
+// grafanaVars replaces Grafana's template variables by what Grafana puts in
+// their place, so the query is what Prometheus would receive.
+var grafanaVars = strings.NewReplacer("$__rate_interval", "1m", "$__range", "6h", "$__interval", "15s", "$tenant", ".*")
+
+// TestDashboard holds deploy/grafana/dashboards/ctxproxy.json to the code:
+// every query parses, and every metric it reads has a series in a real
+// binary's /metrics after one ordinary request per tenant, so a renamed
+// metric cannot leave a dead panel.
+func TestDashboard(t *testing.T) {
+	names := map[string][]string{} // metric → panels reading it
+	p := parser.NewParser(parser.Options{})
+	for title, exprs := range dashboardExprs(t) {
+		for _, e := range exprs {
+			expr, err := p.ParseExpr(grafanaVars.Replace(e))
+			if err != nil {
+				t.Errorf("panel %q: %v\n%s", title, err, e)
+				continue
+			}
+			parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
+				if vs, ok := n.(*parser.VectorSelector); ok {
+					names[vs.Name] = append(names[vs.Name], title)
+				}
+				return nil
+			})
+		}
+	}
+	if t.Failed() {
+		return
+	}
+
+	fake, upURL := fakeUpstream(t)
+	fake.SetResponder(fakeapi.Script(fakeapi.Reply{Content: []json.RawMessage{fakeapi.Text("hi")}, Usage: &fakeapi.Usage{InputTokens: 10, OutputTokens: 2}}))
+	proxy := startProxy(t, "--upstream", upURL, "--policies", binPolicies(t), "--memory-dir", t.TempDir(),
+		"--ledger", "file:"+filepath.Join(t.TempDir(), "l.jsonl"))
+	// One request per tenant: acme by its key, default by no key.
+	send(t, proxy.Addr, "/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+proxy.Addr+"/v1/messages",
+		strings.NewReader(`{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+	}
+	resp, err := http.Get("http://" + proxy.Addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exposed, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	series := map[string]bool{}
+	for _, line := range strings.Split(string(exposed), "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		series[strings.FieldsFunc(line, func(r rune) bool { return r == '{' || r == ' ' })[0]] = true
+	}
+	var sorted []string
+	for n := range names {
+		sorted = append(sorted, n)
+	}
+	sort.Strings(sorted)
+	for _, n := range sorted {
+		t.Run(n+" has a series", func(t *testing.T) {
+			if !series[n] {
+				t.Errorf("no series of %s in /metrics (panels %q)", n, names[n])
+			}
+		})
+	}
+}
+
+// The provisioned datasource is the one every panel names, and the compose
+// file mounts the provisioning and dashboard folders where Grafana reads them.
+func TestDashboardProvisioning(t *testing.T) {
+	ds, err := os.ReadFile("../../deploy/grafana/provisioning/datasources/prometheus.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(ds), "uid: prometheus") {
+		t.Errorf("the datasource is not provisioned with uid prometheus, which the panels name")
+	}
+	b, _ := os.ReadFile("../../deploy/grafana/dashboards/ctxproxy.json")
+	var d struct {
+		Panels []struct {
+			Title      string `json:"title"`
+			Type       string `json:"type"`
+			Datasource struct {
+				UID string `json:"uid"`
+			} `json:"datasource"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range d.Panels {
+		if p.Type != "row" && p.Datasource.UID != "prometheus" {
+			t.Errorf("panel %q reads datasource %q", p.Title, p.Datasource.UID)
+		}
+	}
+	compose, _ := os.ReadFile("../../docker-compose.yml")
+	for _, mount := range []string{"./deploy/grafana/provisioning:/etc/grafana/provisioning", "./deploy/grafana/dashboards:/var/lib/grafana/dashboards"} {
+		if !strings.Contains(string(compose), mount) {
+			t.Errorf("docker-compose.yml does not mount %s", mount)
+		}
+	}
+}
