@@ -19,6 +19,7 @@ type replyJSON struct {
 	StopReason   string                     `json:"stop_reason,omitempty"`
 	StopSequence string                     `json:"stop_sequence,omitempty"`
 	Usage        *Usage                     `json:"usage,omitempty"`
+	RawUsage     json.RawMessage            `json:"raw_usage,omitempty"`
 	AppliedEdits []json.RawMessage          `json:"applied_edits,omitempty"`
 	Status       int                        `json:"status,omitempty"`
 	Error        *APIError                  `json:"error,omitempty"`
@@ -39,7 +40,7 @@ func fromMS(v float64) time.Duration { return time.Duration(v * float64(time.Mil
 // MarshalJSON writes the JSON form of a Reply.
 func (r Reply) MarshalJSON() ([]byte, error) {
 	j := replyJSON{ID: r.ID, Model: r.Model, Content: r.Content, StopReason: r.StopReason,
-		StopSequence: r.StopSequence, Usage: r.Usage, AppliedEdits: r.AppliedEdits, Status: r.Status,
+		StopSequence: r.StopSequence, Usage: r.Usage, RawUsage: r.RawUsage, AppliedEdits: r.AppliedEdits, Status: r.Status,
 		Error: r.Error, DelayMS: ms(r.Delay), EventDelayMS: ms(r.EventDelay), TextChunks: r.TextChunks,
 		CutAfter: r.CutAfter, Drop: r.Drop, ErrorEvent: r.ErrorEvent, ErrorAfter: r.ErrorAfter, Encoding: r.Encoding}
 	if len(r.Header) > 0 {
@@ -60,7 +61,7 @@ func (r *Reply) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*r = Reply{ID: j.ID, Model: j.Model, Content: j.Content, StopReason: j.StopReason,
-		StopSequence: j.StopSequence, Usage: j.Usage, AppliedEdits: j.AppliedEdits, Status: j.Status,
+		StopSequence: j.StopSequence, Usage: j.Usage, RawUsage: j.RawUsage, AppliedEdits: j.AppliedEdits, Status: j.Status,
 		Error: j.Error, Delay: fromMS(j.DelayMS), EventDelay: fromMS(j.EventDelayMS), TextChunks: j.TextChunks,
 		CutAfter: j.CutAfter, Drop: j.Drop, ErrorEvent: j.ErrorEvent, ErrorAfter: j.ErrorAfter, Encoding: j.Encoding}
 	if j.Text != "" {

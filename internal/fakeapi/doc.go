@@ -73,6 +73,30 @@
 // error event (the previous reply then stays continuable). The most recent
 // 10000 threads are kept.
 //
+// # Compaction (shared/spec/compaction.md)
+//
+// compact_20260112 (beta compact-2026-01-12; trigger input_tokens ≥ 50000,
+// default 150000) compacts when the input estimate after the other edits
+// reaches the trigger: the reply begins with a compaction block
+// {"type":"compaction","content":"<summary>…</summary>","encrypted_content":…}
+// and usage.iterations is [compaction, message] (top-level usage is the
+// message iteration only); with pause_after_compaction the block comes
+// alone with stop_reason "compaction". With the edit every reply has
+// usage.iterations. Streamed, the block is a content_block_start without
+// the summary and one compaction_delta with the whole content. A request
+// ignores every block before its last compaction block (estimate and
+// edits). The on-demand form (top-level compaction {"type":"summarize"},
+// beta compact-2026-09-04, never with context_management) answers only a
+// signed block (signature, tool_changes) with stop_reason "compaction" and
+// top-level usage 0; a signed block must come back first
+// (compaction_block_misplaced) and unchanged (compaction_signature_invalid).
+// count_tokens never compacts. Switches for what is unverified (Options):
+// CompactionBlockNeedsEdit refuses a replayed unsigned block without the
+// compact edit; ThreadsRefuse ("context_management", "thinking") answers a
+// threaded request carrying them 400 thread_unsupported_request with
+// details.unsupported. A Reply's RawUsage serves a usage object as scripted
+// (iterations, cache_creation, server_tool_use, service_tier).
+//
 // # Context editing
 //
 // The fake applies the edits itself on a byte estimate: the prompt is
@@ -113,6 +137,7 @@
 //	GET  /_fake/options, POST /_fake/options  Options as JSON (fields merge):
 //	     {"text_chunks":3,"ping_every":0,"compress":false,"deny_betas":[],
 //	      "record_limit":0,"no_auth_check":false,"event_delay_ms":0,
+//	      "threads_refuse":["context_management"],"compaction_block_needs_edit":false,
 //	      "faults":{"rate":0.1,"seed":1,"kinds":["429","cut"]},"fault_max_delay_ms":200}
 //	GET  /_fake/health   → {"ok":true,"pending":N}
 //

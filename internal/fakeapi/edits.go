@@ -27,11 +27,22 @@ type editResult struct {
 
 // applyEdits runs clear_thinking and clear_tool_uses over the conversation
 // as the API would, on byte counts: the whole prompt is system + tools +
-// messages, tokens = ceil(bytes/4). Edits that clear nothing are left out of
-// applied_edits; compact_20260112 is accepted but never applied.
+// messages from the last compaction block on (the API ignores every block
+// before it), tokens = ceil(bytes/4). Edits that clear nothing are left out
+// of applied_edits; compact_20260112 is applied after these, by
+// buildMessage (it never shows in applied_edits).
 func applyEdits(p *parsed) editResult {
 	total := len(p.system) + len(p.tools)
-	for _, m := range p.messages {
+	turns := p.turns
+	msgs := p.messages
+	if at := lastCompaction(p.turns); at.turn >= 0 {
+		// The API ignores every block before the last compaction block.
+		for _, b := range turns[at.turn].blocks[at.block:] {
+			total += b.size
+		}
+		turns, msgs = turns[at.turn+1:], msgs[at.turn+1:]
+	}
+	for _, m := range msgs {
 		total += len(m)
 	}
 	res := editResult{before: Tokens(total)}
@@ -42,13 +53,13 @@ func applyEdits(p *parsed) editResult {
 	for _, ed := range p.edits {
 		switch ed.typ {
 		case editClearThinking:
-			turns, bytes := clearThinking(p.turns, ed.keep)
-			if turns > 0 {
+			n, bytes := clearThinking(turns, ed.keep)
+			if n > 0 {
 				freed += bytes
-				res.applied = append(res.applied, AppliedEdit(ed.typ, int64(turns), Tokens(bytes)))
+				res.applied = append(res.applied, AppliedEdit(ed.typ, int64(n), Tokens(bytes)))
 			}
 		case editClearToolUses:
-			uses, bytes := clearToolUses(p.turns, ed, Tokens(total-freed))
+			uses, bytes := clearToolUses(turns, ed, Tokens(total-freed))
 			if uses > 0 {
 				freed += bytes
 				res.applied = append(res.applied, AppliedEdit(ed.typ, int64(uses), Tokens(bytes)))

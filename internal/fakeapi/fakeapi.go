@@ -56,6 +56,16 @@ type Options struct {
 	// and in the body of other /v1/ routes. It tests that a proxy lets no
 	// credential it sent upstream travel back to its client.
 	EchoHeaders bool `json:"echo_headers"`
+	// ThreadsRefuse is the strict threads mode: a threaded request carrying
+	// any of these fields ("context_management", "thinking") is answered 400
+	// thread_unsupported_request with details.unsupported listing them, as
+	// the API may (unverified, shared/spec/api-2026.md §3.2). Empty: threads
+	// take every field.
+	ThreadsRefuse []string `json:"threads_refuse"`
+	// CompactionBlockNeedsEdit refuses a replayed (unsigned) compaction block
+	// in a request without the compact_20260112 edit, as one third party
+	// reports the API does (unverified, shared/spec/compaction.md §1.3).
+	CompactionBlockNeedsEdit bool `json:"compaction_block_needs_edit"`
 }
 
 // Option configures New.
@@ -86,6 +96,11 @@ func WithFaults(f Faults) Option { return func(a *API) { a.opts.Faults = &f } }
 
 // WithRecordLimit sets Options.RecordLimit.
 func WithRecordLimit(n int) Option { return func(a *API) { a.opts.RecordLimit = n } }
+
+// WithThreadsRefuse sets Options.ThreadsRefuse (the strict threads mode).
+func WithThreadsRefuse(fields ...string) Option {
+	return func(a *API) { a.opts.ThreadsRefuse = append(a.opts.ThreadsRefuse, fields...) }
+}
 
 // WithoutAuthCheck sets Options.NoAuthCheck.
 func WithoutAuthCheck() Option { return func(a *API) { a.opts.NoAuthCheck = true } }

@@ -31,7 +31,7 @@ type call struct {
 	cut     bool // the reply may end early: a read error is not fatal
 }
 
-var defaultBetas = BetaContextManagement + "," + BetaMessageThreads
+var defaultBetas = BetaContextManagement + "," + BetaMessageThreads + "," + BetaCompact + "," + BetaCompactOnDemand
 
 func do(t *testing.T, base string, c call) (*http.Response, []byte) {
 	t.Helper()

@@ -109,6 +109,8 @@ type message struct {
 	id, model, stop, stopSeq string
 	blocks                   []json.RawMessage
 	usage                    Usage
+	iterations               []byte // usage.iterations array; nil when not reported
+	rawUsage                 []byte // Reply.RawUsage: the usage object as scripted
 	cm                       []byte // context_management value: null or {...}
 }
 
@@ -151,6 +153,10 @@ func (a *API) buildMessage(p *parsed, rep *Reply) message {
 	} else {
 		m.usage = Usage{InputTokens: res.after, OutputTokens: max(Tokens(outBytes), 1)}
 	}
+	m.applyCompaction(p, rep, res.after)
+	if len(rep.RawUsage) > 0 {
+		m.rawUsage = rep.RawUsage
+	}
 	applied := res.applied
 	if rep.AppliedEdits != nil {
 		applied = rep.AppliedEdits
@@ -168,6 +174,67 @@ func (a *API) buildMessage(p *parsed, rep *Reply) message {
 		m.cm = append(cm, "]}"...)
 	}
 	return m
+}
+
+// applyCompaction compacts when the request asks for it: on demand, or past
+// the compact edit's trigger (inputTokens is the estimate after the other
+// edits). The compaction block comes first; with pause_after_compaction or on
+// demand it comes alone, with stop_reason "compaction" and the cost only in
+// usage.iterations. With the compact edit every reply reports iterations.
+func (m *message) applyCompaction(p *parsed, rep *Reply, inputTokens int64) {
+	spec, signed := p.compact, false
+	if p.onDemand != nil {
+		spec, signed = p.onDemand, true
+	}
+	if spec == nil {
+		return
+	}
+	if !signed && inputTokens < spec.trigger {
+		m.iterations = appendIteration([]byte{'['}, "message", m.model, m.usage)
+		m.iterations = append(m.iterations, ']')
+		return
+	}
+	c := compact(p, spec, inputTokens, signed)
+	m.iterations = append(append([]byte{'['}, c.iteration...), ']')
+	if signed || spec.pause {
+		m.blocks = []json.RawMessage{c.block}
+		m.stop = "compaction"
+		m.usage = Usage{}
+		return
+	}
+	m.blocks = append([]json.RawMessage{c.block}, m.blocks...)
+	if rep.Usage == nil {
+		// What the model read after the compaction: system, tools, the summary
+		// and the latest turn.
+		m.usage.InputTokens = Tokens(len(p.system)+len(p.tools)) + c.tokens + lastTurnTokens(p)
+	}
+	m.iterations = appendIteration(append(m.iterations[:len(m.iterations)-1], ','), "message", m.model, m.usage)
+	m.iterations = append(m.iterations, ']')
+}
+
+// appendUsage appends the usage object: final (the JSON body and
+// message_delta) carries the iterations and the output tokens, message_start
+// the input counts and 1 output token.
+func (m *message) appendUsage(b []byte, final bool) []byte {
+	if m.rawUsage != nil {
+		if final {
+			return append(b, m.rawUsage...)
+		}
+		r := gjson.ParseBytes(m.rawUsage)
+		u := Usage{InputTokens: r.Get("input_tokens").Int(), CacheCreationInputTokens: r.Get("cache_creation_input_tokens").Int(),
+			CacheReadInputTokens: r.Get("cache_read_input_tokens").Int()}
+		return appendUsage(b, u, 1)
+	}
+	if !final {
+		return appendUsage(b, m.usage, 1)
+	}
+	b = appendUsage(b, m.usage, m.usage.OutputTokens)
+	if m.iterations != nil {
+		b = append(b[:len(b)-1], `,"iterations":`...)
+		b = append(b, m.iterations...)
+		b = append(b, '}')
+	}
+	return b
 }
 
 func appendUsage(b []byte, u Usage, outputTokens int64) []byte {
@@ -216,7 +283,7 @@ func (m *message) body() []byte {
 	b = append(b, `,"stop_sequence":`...)
 	b = appendStopSeq(b, m.stopSeq)
 	b = append(b, `,"usage":`...)
-	b = appendUsage(b, m.usage, m.usage.OutputTokens)
+	b = m.appendUsage(b, true)
 	b = append(b, `,"context_management":`...)
 	b = append(b, m.cm...)
 	return append(b, '}')
@@ -463,7 +530,7 @@ func (a *API) stream(w http.ResponseWriter, req *http.Request, m *message, rep *
 func (s *sse) run(m *message, chunks int) {
 	d := m.appendHead(append(s.data[:0], `{"type":"message_start","message":`...))
 	d = append(d, `,"content":[],"stop_reason":null,"stop_sequence":null,"usage":`...)
-	d = appendUsage(d, m.usage, 1)
+	d = m.appendUsage(d, false)
 	d = append(d, `,"context_management":null}}`...)
 	s.data = d
 	if !s.event("message_start", d) || !s.event("ping", pingData) {
@@ -479,7 +546,7 @@ func (s *sse) run(m *message, chunks int) {
 	d = append(d, `,"stop_sequence":`...)
 	d = appendStopSeq(d, m.stopSeq)
 	d = append(d, `},"usage":`...)
-	d = appendUsage(d, m.usage, m.usage.OutputTokens)
+	d = m.appendUsage(d, true)
 	d = append(d, `,"context_management":`...)
 	d = append(d, m.cm...)
 	s.data = append(d, '}')
@@ -567,6 +634,34 @@ func (s *sse) block(i int, blk json.RawMessage, chunks int) bool {
 			if !s.delta(i, "input_json_delta", "partial_json", piece) {
 				return false
 			}
+		}
+	case "compaction":
+		// content_block_start without the summary, then one compaction_delta
+		// carrying the complete content and encrypted_content (null stays null).
+		start, err := sjson.SetRawBytes(blk, "content", []byte("null"))
+		if err != nil {
+			start = blk
+		}
+		start, _ = sjson.DeleteBytes(start, "encrypted_content")
+		if !s.blockStart(i, string(start)) {
+			return false
+		}
+		content, enc := b.Get("content").Raw, b.Get("encrypted_content").Raw
+		if content == "" {
+			content = "null"
+		}
+		if enc == "" {
+			enc = "null"
+		}
+		d := append(s.data[:0], `{"type":"content_block_delta","index":`...)
+		d = strconv.AppendInt(d, int64(i), 10)
+		d = append(d, `,"delta":{"type":"compaction_delta","content":`...)
+		d = append(d, content...)
+		d = append(d, `,"encrypted_content":`...)
+		d = append(d, enc...)
+		s.data = append(d, "}}"...)
+		if !s.event("content_block_delta", s.data) {
+			return false
 		}
 	default: // redacted_thinking, server tool results, ...: whole block, no deltas
 		if !s.blockStart(i, string(blk)) {

@@ -22,6 +22,10 @@ type Reply struct {
 	StopSequence string
 	// Usage overrides the estimated usage when not nil.
 	Usage *Usage
+	// RawUsage, when set, is the reply's usage object exactly (iterations,
+	// cache_creation, server_tool_use, service_tier...): in the JSON body and
+	// message_delta as is, its input counts in message_start.
+	RawUsage json.RawMessage
 	// AppliedEdits overrides the computed context_management.applied_edits
 	// when not nil (an empty, non-nil slice reports an empty list).
 	AppliedEdits []json.RawMessage

@@ -72,6 +72,10 @@ type parsed struct {
 	thread    string
 	prevID    string
 	prev      *thread
+	compact   *compactSpec // the compact_20260112 edit
+	onDemand  *compactSpec // the top-level compaction (on-demand form)
+	// blockNeedsEdit is Options.CompactionBlockNeedsEdit.
+	blockNeedsEdit bool
 }
 
 func parseBetas(h http.Header) []string {
@@ -114,7 +118,7 @@ func isInt(r gjson.Result) (int64, bool) {
 // topLevel is the request's top-level members the checks read: raw values,
 // the first of each name winning as in gjson's Map and Get; "" when missing.
 type topLevel struct {
-	model, maxTokens, stream, thinking, system, tools, cm, messages, thread string
+	model, maxTokens, stream, thinking, system, tools, cm, messages, thread, compaction string
 
 	systemRaw, toolsRaw json.RawMessage   // system and tools as slices of the body
 	msgs                []json.RawMessage // the elements of messages when it is an array
@@ -143,6 +147,8 @@ func readTopLevel(body []byte, s string, i int) topLevel {
 			field = &f.cm
 		case "thread":
 			field = &f.thread
+		case "compaction":
+			field = &f.compaction
 		case "messages":
 			if f.messages != "" {
 				return skipValue(s, v)
@@ -254,6 +260,15 @@ func (a *API) parseRequest(body []byte, h http.Header, countTokens bool, opts *O
 			return p, e
 		}
 	}
+	if f.compaction != "" && f.compaction != "null" {
+		// count_tokens accepts the parameter and ignores it (compaction.md §1.2).
+		if e := p.checkCompactionParam(result(f.compaction)); e != nil {
+			return p, e
+		}
+		if countTokens {
+			p.onDemand = nil
+		}
+	}
 	if f.messages == "" {
 		return p, badRequest("messages: Field required")
 	}
@@ -265,6 +280,9 @@ func (a *API) parseRequest(body []byte, h http.Header, countTokens bool, opts *O
 		return p, badRequest("messages: at least one message is required")
 	}
 	if f.thread != "" && f.thread != "null" {
+		if e := p.checkThreadFeatures(opts.ThreadsRefuse, p.thinking); e != nil {
+			return p, e
+		}
 		if e := a.resolveThread(p, result(f.thread)); e != nil {
 			return p, e
 		}
@@ -281,6 +299,7 @@ func (a *API) parseRequest(body []byte, h http.Header, countTokens bool, opts *O
 	} else {
 		p.messages = newMsgs
 	}
+	p.blockNeedsEdit = opts.CompactionBlockNeedsEdit
 	n, e := p.checkConversation()
 	p.assistant = n
 	return p, e
@@ -478,6 +497,9 @@ func (p *parsed) checkContextManagement(cm gjson.Result) *reqError {
 		p.edits = append(p.edits, ed)
 		return true
 	})
+	if e == nil && p.compact != nil && !slices.Contains(p.betas, BetaCompact) {
+		return badRequest("context_management.edits: %s requires the anthropic-beta header %q", editCompact, BetaCompact)
+	}
 	return e
 }
 
@@ -556,17 +578,24 @@ func (p *parsed) checkEdit(v gjson.Result, where string) (edit, *reqError) {
 		if e := onlyFields(v, where, "type", "trigger", "instructions", "pause_after_compaction"); e != nil {
 			return ed, e
 		}
+		spec := &compactSpec{trigger: DefaultCompactTrigger}
 		if t := v.Get("trigger"); t.Exists() && t.Type != gjson.Null {
-			if _, _, e := typedValue(t, where+".trigger", 1, "input_tokens"); e != nil {
+			var e *reqError
+			if _, spec.trigger, e = typedValue(t, where+".trigger", MinCompactTrigger, "input_tokens"); e != nil {
 				return ed, e
 			}
 		}
 		if s := v.Get("instructions"); s.Exists() && s.Type != gjson.Null && s.Type != gjson.String {
 			return ed, badRequest("%s.instructions: Input should be a valid string", where)
+		} else {
+			spec.instructions = s.Str
 		}
 		if s := v.Get("pause_after_compaction"); s.Exists() && s.Type != gjson.True && s.Type != gjson.False {
 			return ed, badRequest("%s.pause_after_compaction: Input should be a valid boolean", where)
+		} else {
+			spec.pause = s.Type == gjson.True
 		}
+		p.compact = spec
 	default:
 		if !typ.Exists() {
 			return ed, badRequest("%s.type: Field required", where)
@@ -678,6 +707,10 @@ func (p *parsed) checkConversation() (int, *reqError) {
 					if !isString(b.data) {
 						return assistant, badRequest("messages.%d.content.%d.redacted_thinking.data: Field required", i, j)
 					}
+				case "compaction":
+					if e := checkCompactionBlock(b, i, j, p.blockNeedsEdit, p); e != nil {
+						return assistant, e
+					}
 				case "":
 					return assistant, badRequest("messages.%d.content.%d.type: Field required", i, j)
 				}
@@ -708,6 +741,11 @@ func (p *parsed) checkConversation() (int, *reqError) {
 				answered++
 			case "":
 				return assistant, badRequest("messages.%d.content.%d.type: Field required", i, j)
+			case "compaction":
+				if e := checkCompactionBlock(b, i, j, p.blockNeedsEdit, p); e != nil {
+					return assistant, e
+				}
+				seenOther = true
 			default:
 				seenOther = true
 			}
