@@ -349,6 +349,7 @@ func (ps *parser) policy(n *yaml.Node, isDefault bool) *Policy {
 			},
 		},
 		Upstream: Upstream{RetryBaseDelay: DefaultRetryBaseDelay, RetryMaxDelay: DefaultRetryMaxDelay},
+		Limits:   defaultLimits(),
 	}
 	if isNull(n) {
 		ps.add(n.Line, "file is empty; a policy needs at least `tenant: NAME`")
@@ -356,7 +357,7 @@ func (ps *parser) policy(n *yaml.Node, isDefault bool) *Policy {
 	}
 	var tenantSeen, keysSeen bool
 	var keysLine int
-	ok := ps.fields(n, "the policy", []string{"tenant", "api_keys_sha256", "operator_tokens_sha256", "context_management", "memory", "upstream"}, func(key string, k, v *yaml.Node) {
+	ok := ps.fields(n, "the policy", []string{"tenant", "api_keys_sha256", "operator_tokens_sha256", "context_management", "memory", "upstream", "limits"}, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "tenant":
 			tenantSeen = true
@@ -388,6 +389,8 @@ func (ps *parser) policy(n *yaml.Node, isDefault bool) *Policy {
 			ps.memory(v, &p.Memory)
 		case "upstream":
 			ps.upstream(v, &p.Upstream)
+		case "limits":
+			ps.limits(v, &p.Limits)
 		}
 	})
 	if !ok {

@@ -101,6 +101,7 @@ type Policy struct {
 	ContextManagement ContextManagement
 	Memory            Memory
 	Upstream          Upstream
+	Limits            Limits // spend caps and per-minute limits (issue 16)
 
 	// Pre-rendered edits (JSON objects), nil when the tenant does not configure the edit.
 	// clearToolUsesJSON already lists "memory" in exclude_tools when memory is not off.
@@ -295,6 +296,9 @@ func (p *Policy) Summary() string {
 		fmt.Fprintf(&b, ", upstream key from $%s", p.Upstream.APIKeyEnv)
 	case p.Upstream.APIKeyFile != "":
 		b.WriteString(", upstream key from a file")
+	}
+	if p.Limits.Any() {
+		fmt.Fprintf(&b, ", limits: %s", p.Limits.String())
 	}
 	return b.String()
 }

@@ -71,7 +71,8 @@ func (s *Store) Reload() error {
 		}
 		return err
 	}
-	s.cur.Store(set)
+	old := s.cur.Swap(set)
+	auditLimits(s.log, old, set, time.Now())
 	names := make([]string, 0, len(set.tenants))
 	for _, p := range set.tenants {
 		names = append(names, p.Tenant)
@@ -134,4 +135,35 @@ func (s *Store) Watch(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// auditLimits logs every tenant whose limits a reload changed, added or removed: the audit log of
+// limit changes (tenant, before, after, time). Tenants that come or go with their limits count.
+func auditLimits(log *zap.Logger, old, cur *Set, at time.Time) {
+	seen := map[string]bool{}
+	for _, p := range cur.Tenants() {
+		seen[p.Tenant] = true
+		before := old.Tenant(p.Tenant)
+		var b Limits
+		if before != nil {
+			b = before.Limits
+		}
+		if !before.hasSameLimits(p) && (b.Any() || p.Limits.Any()) {
+			logLimitChange(log, p.Tenant, &b, &p.Limits, at)
+		}
+	}
+	for _, p := range old.Tenants() {
+		if !seen[p.Tenant] && p.Limits.Any() {
+			logLimitChange(log, p.Tenant, &p.Limits, &Limits{}, at)
+		}
+	}
+}
+
+func (p *Policy) hasSameLimits(q *Policy) bool {
+	return p != nil && q != nil && p.Limits.String() == q.Limits.String()
+}
+
+func logLimitChange(log *zap.Logger, tenant string, before, after *Limits, at time.Time) {
+	log.Warn("limits changed", zap.String("audit", "limits"), zap.String("tenant", tenant),
+		zap.String("before", before.String()), zap.String("after", after.String()), zap.Time("at", at.UTC()))
 }

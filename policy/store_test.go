@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -226,5 +227,47 @@ func TestConcurrentReadsDuringReloads(t *testing.T) {
 	wg.Wait()
 	if first.Tenant("acme").Summary() != firstSummary {
 		t.Fatal("a Set changed after it was published")
+	}
+}
+
+// A reload that changes a tenant's limits writes one audit line per tenant with what the limits
+// were and are; tenants whose limits did not change get none.
+func TestReloadAuditsLimitChanges(t *testing.T) {
+	st, dir, logs := newTestStore(t, map[string]string{
+		"acme.yaml":  "tenant: acme\nlimits:\n  spend: [{period: daily, usd: 50}]\n",
+		"beta.yaml":  "tenant: beta\nlimits:\n  requests_per_minute: 10\n",
+		"plain.yaml": "tenant: plain\n",
+		"gone.yaml":  "tenant: gone\nlimits:\n  requests_per_minute: 5\n",
+	})
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("acme.yaml", "tenant: acme\nlimits:\n  spend: [{period: daily, usd: 75}]\n")
+	write("beta.yaml", "tenant: beta\nmemory: {mode: inject}\nlimits:\n  requests_per_minute: 10\n")
+	write("plain.yaml", "tenant: plain\nlimits:\n  input_tokens_per_minute: 1000\n")
+	write("new.yaml", "tenant: new\nmemory: {mode: inject}\n")
+	if err := os.Remove(filepath.Join(dir, "gone.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][2]string{}
+	for _, e := range logs.FilterMessage("limits changed").All() {
+		f := e.ContextMap()
+		if f["audit"] != "limits" || f["at"] == nil {
+			t.Errorf("audit line without its audit and at fields: %v", f)
+		}
+		got[f["tenant"].(string)] = [2]string{f["before"].(string), f["after"].(string)}
+	}
+	want := map[string][2]string{
+		"acme":  {"daily $50, on_store_error open, reserve_output_tokens 4096", "daily $75, on_store_error open, reserve_output_tokens 4096"},
+		"plain": {"none", "input_tokens_per_minute 1000, on_store_error open"},
+		"gone":  {"requests_per_minute 5, on_store_error open", "none"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("audit lines:\n got %v\nwant %v", got, want)
 	}
 }
