@@ -1,0 +1,250 @@
+// Package limits enforces a tenant's spend caps and per-minute limits (issue 16): it admits a
+// request before it goes upstream, holding a bounded reservation of its cost, and settles the
+// reservation with the real cost afterwards. The proxy calls only Admit, Ticket.Settle and
+// Ticket.Release; the counters live in a SpendStore and a RateStore (memory for one process,
+// PostgreSQL or Redis for replicas).
+package limits
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ctxproxy/ctxproxy/policy"
+	"github.com/ctxproxy/ctxproxy/tokens"
+)
+
+// DefaultHoldTTL is how long a reservation lives when its request never settles or releases it
+// (the replica died): long enough for a slow memory loop, short enough not to block a tenant long.
+const DefaultHoldTTL = 10 * time.Minute
+
+// Config is what an Enforcer needs.
+type Config struct {
+	Spend   SpendStore
+	Rate    RateStore
+	Prices  *tokens.Prices
+	Metrics *Metrics // nil: none
+	Log     *zap.Logger
+	HoldTTL time.Duration
+	Now     func() time.Time
+}
+
+// Enforcer admits, settles and releases requests against their tenant's limits.
+type Enforcer struct {
+	cfg      Config
+	fallback tokens.Price // for models without a price: the dearest in the table
+}
+
+// New builds an Enforcer.
+func New(cfg Config) *Enforcer {
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	if cfg.HoldTTL <= 0 {
+		cfg.HoldTTL = DefaultHoldTTL
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	e := &Enforcer{cfg: cfg}
+	for _, pe := range cfg.Prices.Entries() {
+		p := pe.Price
+		e.fallback.Input = max(e.fallback.Input, p.Input, p.CacheWrite, p.CacheWrite1h)
+		e.fallback.Output = max(e.fallback.Output, p.Output)
+	}
+	e.fallback.CacheWrite, e.fallback.CacheWrite1h, e.fallback.CacheRead = e.fallback.Input, e.fallback.Input, e.fallback.Input
+	return e
+}
+
+// SpendStoreName and RateStoreName say which stores are in use, for the start-up log line.
+func (e *Enforcer) SpendStoreName() string { return e.cfg.Spend.Name() }
+func (e *Enforcer) RateStoreName() string  { return e.cfg.Rate.Name() }
+
+// Request is what Admit needs to know of a request.
+type Request struct {
+	Policy    *policy.Policy
+	User      string // end user id, "" when the request has none (tenant caps only)
+	Model     string
+	BodyBytes int   // the size of the body, for the input token estimate
+	MaxTokens int64 // the request's max_tokens (0 when absent)
+}
+
+// EstimateInputTokens is the input tokens a body of n bytes is held to before the reply says:
+// a quarter of its bytes, rounded up (JSON and English run to about four bytes a token).
+func EstimateInputTokens(n int) int64 { return (int64(n) + 3) / 4 }
+
+// Ticket is an admitted request of a limited tenant. Exactly one of Settle and Release takes
+// effect; later calls do nothing.
+type Ticket struct {
+	e        *Enforcer
+	tenant   string
+	id       string
+	counters []Counter
+	price    tokens.Price
+	held     bool // a reservation is held in the store
+	done     atomic.Bool
+	header   http.Header // the unified headers for every response, nil for an uncapped tenant
+	strip    bool
+}
+
+// Admit checks req against its tenant's limits. A tenant without limits gets (nil, nil). A
+// request over a limit gets a Refusal (and no ticket) to answer with.
+func (e *Enforcer) Admit(ctx context.Context, req Request) (*Ticket, *Refusal) {
+	pol := req.Policy
+	if pol == nil || !pol.Limits.Any() {
+		return nil, nil
+	}
+	l := &pol.Limits
+	input := EstimateInputTokens(req.BodyBytes)
+	if ref := e.checkRate(ctx, pol.Tenant, l, input); ref != nil {
+		return nil, ref
+	}
+	t := &Ticket{e: e, tenant: pol.Tenant, id: newID(), strip: l.Capped()}
+	if !l.Capped() {
+		return t, nil
+	}
+	t.price = e.price(req.Model)
+	outCap := l.ReserveOutputTokens
+	if req.MaxTokens > 0 {
+		outCap = min(outCap, req.MaxTokens)
+	}
+	amount := tokens.Money(input)*t.price.Input + tokens.Money(outCap)*t.price.Output
+	now := e.cfg.Now()
+	var ss []standing
+	t.counters, ss = counters(l, req.User, now)
+	res, err := e.cfg.Spend.Reserve(ctx, t.id, t.tenant, t.counters, amount, e.cfg.HoldTTL)
+	if err != nil {
+		if ref := e.storeError(pol, "spend", err); ref != nil {
+			return nil, ref
+		}
+		return t, nil // unchecked; its cost is still settled if the store is back by then
+	}
+	for i := range ss {
+		ss[i].spent = res.Spent[i]
+		ss[i].exceeded = ss[i].spent >= ss[i].cap
+	}
+	if res.Refused >= 0 {
+		return nil, e.refuseSpend(pol, ss, res, res.Refused, amount, now)
+	}
+	t.held = true
+	t.header = http.Header{}
+	unifiedHeaders(t.header, binding(ss), now, "")
+	e.cfg.Metrics.observeStanding(t.tenant, ss)
+	return t, nil
+}
+
+// counters lists the spend counters of a request with their standings, sorted by (user,
+// bucket), the order every store locks them in.
+func counters(l *policy.Limits, user string, now time.Time) ([]Counter, []standing) {
+	var ss []standing
+	add := func(lims []policy.SpendLimit, perUser bool) {
+		for _, sl := range lims {
+			_, reset := Bucket(sl.Period, now)
+			ss = append(ss, standing{limit: sl, perUser: perUser, cap: tokens.Money(sl.Nanos), reset: reset})
+		}
+	}
+	add(l.Spend, false)
+	if user != "" {
+		add(l.PerUserSpend, true)
+	}
+	cs := make([]Counter, len(ss))
+	for i, s := range ss {
+		key, _ := Bucket(s.limit.Period, now)
+		cs[i] = Counter{Bucket: key, Cap: s.cap}
+		if s.perUser {
+			cs[i].User = user
+		}
+	}
+	idx := make([]int, len(cs))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool {
+		ca, cb := cs[idx[a]], cs[idx[b]]
+		return ca.User < cb.User || (ca.User == cb.User && ca.Bucket < cb.Bucket)
+	})
+	sc, sst := make([]Counter, len(cs)), make([]standing, len(ss))
+	for i, j := range idx {
+		sc[i], sst[i] = cs[j], ss[j]
+	}
+	return sc, sst
+}
+
+func (e *Enforcer) price(model string) tokens.Price {
+	if pe, ok := e.cfg.Prices.Lookup(model); ok {
+		return pe.Price
+	}
+	return e.fallback
+}
+
+func newID() string {
+	var b [12]byte
+	rand.Read(b[:]) //nolint:errcheck // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
+// storeError applies the tenant's on_store_error: open serves the request unchecked (logged and
+// counted), closed refuses it.
+func (e *Enforcer) storeError(pol *policy.Policy, what string, err error) *Refusal {
+	closed := pol.Limits.OnStoreError == policy.StoreErrorClosed
+	e.cfg.Metrics.unchecked(pol.Tenant, closed)
+	e.cfg.Log.Error("limits store unreachable", zap.String("tenant", pol.Tenant), zap.String("check", what),
+		zap.Bool("fail_closed", closed), zap.Error(err))
+	if !closed {
+		return nil
+	}
+	return storeRefusal(pol, e.cfg.Now())
+}
+
+// Header adds the unified headers to a response of the ticket's tenant and, for a capped tenant,
+// removes the upstream's organisation-wide ratelimit headers. Nil-safe.
+func (t *Ticket) Header(h http.Header) {
+	if t == nil || !t.strip {
+		return
+	}
+	StripUpstreamRatelimit(h)
+	for k, v := range t.header {
+		h[k] = v
+	}
+}
+
+// Settle charges the request's real cost (usage summed over every upstream call it made) to its
+// counters and drops its reservation. Nil-safe.
+func (t *Ticket) Settle(ctx context.Context, model string, u tokens.Usage) {
+	if t == nil || t.counters == nil || !t.done.CompareAndSwap(false, true) {
+		return
+	}
+	price := t.price
+	if pe, ok := t.e.cfg.Prices.Lookup(model); ok {
+		price = pe.Price
+	}
+	cost := price.Cost(u)
+	// The request is over: its client may be gone, but its spend must still land.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := t.e.cfg.Spend.Settle(ctx, t.id, t.tenant, t.counters, cost); err != nil {
+		t.e.cfg.Metrics.settleFailed(t.tenant)
+		t.e.cfg.Log.Error("spend not recorded: limits store unreachable", zap.String("tenant", t.tenant),
+			zap.String("cost_usd", cost.String()), zap.Error(err))
+	}
+}
+
+// Release drops the request's reservation without charging (the request failed before any cost,
+// or was cancelled). Nil-safe.
+func (t *Ticket) Release(ctx context.Context) {
+	if t == nil || !t.held || !t.done.CompareAndSwap(false, true) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := t.e.cfg.Spend.Release(ctx, t.id); err != nil {
+		// The hold expires by itself after the hold TTL.
+		t.e.cfg.Log.Warn("spend hold not released; it expires by itself", zap.String("tenant", t.tenant), zap.Error(err))
+	}
+}

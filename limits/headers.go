@@ -1,0 +1,134 @@
+package limits
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ctxproxy/ctxproxy/policy"
+	"github.com/ctxproxy/ctxproxy/tokens"
+)
+
+// Header names of Claude Code's gateway protocol (claude-code-gateway.md §3.7). Claude Code reads
+// them to show a user their cap; the values follow what Claude Code's own gateway sends.
+const (
+	hUnified          = "Anthropic-Ratelimit-Unified-"
+	HeaderStatus      = hUnified + "Status"
+	HeaderReset       = hUnified + "Reset"
+	HeaderClaim       = hUnified + "Representative-Claim"
+	HeaderOverStatus  = hUnified + "Overage-Status"
+	HeaderOverUtil    = hUnified + "Overage-Utilization"
+	HeaderOverReset   = hUnified + "Overage-Reset"
+	HeaderOverThresh  = hUnified + "Overage-Surpassed-Threshold"
+	HeaderOverPeriod  = hUnified + "Overage-Period"
+	HeaderOverReason  = hUnified + "Overage-Disabled-Reason"
+	HeaderShouldRetry = "X-Should-Retry"
+
+	// ratelimitPrefix is the upstream's organisation-wide headers' prefix (canonical form).
+	ratelimitPrefix = "Anthropic-Ratelimit-"
+)
+
+// thresholds are the utilisations Claude Code warns at, highest first.
+var thresholds = []float64{0.95, 0.75}
+
+// standing is one spend counter as a request found it.
+type standing struct {
+	limit    policy.SpendLimit
+	perUser  bool
+	spent    tokens.Money
+	cap      tokens.Money
+	reset    time.Time
+	exceeded bool // spent has reached the cap
+}
+
+func (s *standing) utilization() float64 {
+	if s.cap <= 0 {
+		return 1
+	}
+	return float64(s.spent) / float64(s.cap)
+}
+
+// binding picks the counter the headers describe, as Claude Code's gateway does: an exceeded one
+// over one that is not; of two exceeded, the one that resets later; else the most used.
+func binding(ss []standing) *standing {
+	var b *standing
+	for i := range ss {
+		s := &ss[i]
+		switch {
+		case b == nil:
+			b = s
+		case b.exceeded != s.exceeded:
+			if s.exceeded {
+				b = s
+			}
+		case s.exceeded:
+			if s.reset.After(b.reset) {
+				b = s
+			}
+		case s.utilization() > b.utilization():
+			b = s
+		}
+	}
+	return b
+}
+
+// shownUtilization is the utilisation rounded to hundredths, below 1 until the cap is reached.
+func (s *standing) shownUtilization() float64 {
+	u := float64(int64(s.utilization()*100+0.5)) / 100
+	if !s.exceeded {
+		u = min(u, 0.99)
+	}
+	return u
+}
+
+func formatFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+// unifiedHeaders writes the anthropic-ratelimit-unified-* headers for s into h. reason is the
+// overage-disabled-reason of a refusal (org_spend_cap_reached, or fetch_error when the store is
+// unreachable and the tenant fails closed).
+func unifiedHeaders(h http.Header, s *standing, now time.Time, reason string) {
+	reset := strconv.FormatInt(s.reset.Unix(), 10)
+	status := "allowed"
+	var surpassed string
+	if s.exceeded {
+		status, surpassed = "rejected", "1"
+	} else {
+		for _, t := range thresholds {
+			if s.utilization() > t {
+				status, surpassed = "allowed_warning", formatFloat(t)
+				break
+			}
+		}
+	}
+	h.Set(HeaderStatus, status)
+	h.Set(HeaderReset, reset)
+	h.Set(HeaderOverReset, reset)
+	h.Set(HeaderOverUtil, formatFloat(s.shownUtilization()))
+	if surpassed != "" {
+		h.Set(HeaderOverThresh, surpassed)
+	}
+	if !s.exceeded {
+		h.Set(HeaderClaim, "overage")
+		h.Set(HeaderOverStatus, status)
+		return
+	}
+	h.Set(HeaderOverPeriod, string(s.limit.Period))
+	h.Set(HeaderOverReason, reason)
+	h.Set("Retry-After", strconv.FormatInt(retrySeconds(s.reset.Sub(now)), 10))
+}
+
+// retrySeconds rounds d up to whole seconds, at least 1.
+func retrySeconds(d time.Duration) int64 {
+	return max(1, int64((d+time.Second-1)/time.Second))
+}
+
+// StripUpstreamRatelimit removes the upstream's anthropic-ratelimit-* headers (the organisation's
+// quota, which a capped tenant's client would show as its user's) from h.
+func StripUpstreamRatelimit(h http.Header) {
+	for k := range h {
+		if len(k) >= len(ratelimitPrefix) && strings.EqualFold(k[:len(ratelimitPrefix)], ratelimitPrefix) {
+			delete(h, k)
+		}
+	}
+}

@@ -1,0 +1,226 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ctxproxy/ctxproxy/tokens"
+)
+
+// PGStore keeps spend counters, reservations and per-minute limiter state in PostgreSQL, shared
+// by every replica on the database. Each operation is one statement (one round trip): Reserve is
+// a function that locks the request's counter rows in a fixed order, so concurrent requests of a
+// tenant are checked one after the other, never both against the same remainder.
+type PGStore struct {
+	pool *pgxpool.Pool
+	// timeout bounds each call, so a hung database costs a request at most this long before
+	// on_store_error decides.
+	timeout time.Duration
+}
+
+// pgMigrations are applied in order; never edit one that shipped, append a new one.
+var pgMigrations = [][]string{
+	1: {
+		`CREATE TABLE ctxproxy_spend (
+			tenant     text        NOT NULL,
+			end_user   text        NOT NULL, -- '' for the tenant as a whole
+			bucket     text        NOT NULL, -- YYYY-MM-DD, YYYY-Www or YYYY-MM (UTC)
+			spent_nano bigint      NOT NULL DEFAULT 0,
+			updated_at timestamptz NOT NULL DEFAULT now(),
+			PRIMARY KEY (tenant, end_user, bucket)
+		)`,
+		`CREATE TABLE ctxproxy_spend_holds (
+			id          text        NOT NULL,
+			tenant      text        NOT NULL,
+			end_user    text        NOT NULL,
+			bucket      text        NOT NULL,
+			amount_nano bigint      NOT NULL,
+			expires_at  timestamptz NOT NULL,
+			PRIMARY KEY (id, tenant, end_user, bucket)
+		)`,
+		`CREATE INDEX ctxproxy_spend_holds_counter ON ctxproxy_spend_holds (tenant, end_user, bucket, expires_at)`,
+		// Reserve: lock each counter row (creating it) in the order given, drop its expired holds,
+		// read spend and live holds, and hold the amount on all of them only if it fits under all.
+		`CREATE FUNCTION ctxproxy_spend_reserve(p_id text, p_tenant text, p_users text[], p_buckets text[],
+				p_caps bigint[], p_amount bigint, p_ttl_ms bigint)
+			RETURNS TABLE (refused int, spent bigint[], held bigint[]) LANGUAGE plpgsql AS $$
+		DECLARE
+			i int;
+			s bigint;
+			h bigint;
+			bad int := 0;
+		BEGIN
+			spent := '{}';
+			held := '{}';
+			FOR i IN 1 .. coalesce(array_length(p_buckets, 1), 0) LOOP
+				INSERT INTO ctxproxy_spend AS c (tenant, end_user, bucket) VALUES (p_tenant, p_users[i], p_buckets[i])
+					ON CONFLICT (tenant, end_user, bucket) DO UPDATE SET spent_nano = c.spent_nano
+					RETURNING c.spent_nano INTO s;
+				DELETE FROM ctxproxy_spend_holds x WHERE x.tenant = p_tenant AND x.end_user = p_users[i]
+					AND x.bucket = p_buckets[i] AND x.expires_at <= clock_timestamp();
+				SELECT coalesce(sum(x.amount_nano), 0) INTO h FROM ctxproxy_spend_holds x
+					WHERE x.tenant = p_tenant AND x.end_user = p_users[i] AND x.bucket = p_buckets[i];
+				spent := spent || s;
+				held := held || h;
+				IF bad = 0 AND s + h + p_amount > p_caps[i] THEN
+					bad := i;
+				END IF;
+			END LOOP;
+			IF bad = 0 THEN
+				INSERT INTO ctxproxy_spend_holds (id, tenant, end_user, bucket, amount_nano, expires_at)
+					SELECT p_id, p_tenant, u, b, p_amount, clock_timestamp() + p_ttl_ms * interval '1 millisecond'
+					FROM unnest(p_users, p_buckets) AS t(u, b);
+			END IF;
+			refused := bad - 1;
+			RETURN NEXT;
+		END $$`,
+		// The per-minute limiter: one GCRA theoretical arrival time per key, in Unix nanoseconds.
+		`CREATE TABLE ctxproxy_rate (
+			key    text   PRIMARY KEY,
+			tat_ns bigint NOT NULL
+		)`,
+	},
+}
+
+// PGSchemaVersion is the limits schema version this build writes.
+const PGSchemaVersion = 1
+
+// OpenPGStore connects to url and brings the schema up to date.
+func OpenPGStore(ctx context.Context, url string) (*PGStore, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("open limits store: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open limits store: %w", err)
+	}
+	if err := migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open limits store %s@%s/%s: %w", cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Database, err)
+	}
+	return &PGStore{pool: pool, timeout: 2 * time.Second}, nil
+}
+
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // no-op after Commit
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('ctxproxy_limits_migrations'))`); err != nil {
+		return fmt.Errorf("migrate: lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS ctxproxy_limits_migrations (
+		version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	var have int
+	if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM ctxproxy_limits_migrations`).Scan(&have); err != nil {
+		return fmt.Errorf("migrate: read version: %w", err)
+	}
+	if have > PGSchemaVersion {
+		return fmt.Errorf("migrate: database schema version %d is newer than this build's %d", have, PGSchemaVersion)
+	}
+	for v := have + 1; v <= PGSchemaVersion; v++ {
+		for _, stmt := range pgMigrations[v] {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return fmt.Errorf("migrate to version %d: %w", v, err)
+			}
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO ctxproxy_limits_migrations (version) VALUES ($1)`, v); err != nil {
+			return fmt.Errorf("migrate to version %d: %w", v, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("migrate: commit: %w", err)
+	}
+	return nil
+}
+
+func (s *PGStore) Name() string { return "postgres" }
+
+// Close closes the pool.
+func (s *PGStore) Close() { s.pool.Close() }
+
+// Ping checks the database answers.
+func (s *PGStore) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
+func columns(cs []Counter) (users, buckets []string, caps []int64) {
+	users, buckets, caps = make([]string, len(cs)), make([]string, len(cs)), make([]int64, len(cs))
+	for i, c := range cs {
+		users[i], buckets[i], caps[i] = c.User, c.Bucket, int64(c.Cap)
+	}
+	return users, buckets, caps
+}
+
+func (s *PGStore) Reserve(ctx context.Context, id, tenant string, cs []Counter, amount tokens.Money, ttl time.Duration) (Reservation, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	users, buckets, caps := columns(cs)
+	var spent, held []int64
+	r := Reservation{}
+	err := s.pool.QueryRow(ctx, `SELECT refused, spent, held FROM ctxproxy_spend_reserve($1, $2, $3, $4, $5, $6, $7)`,
+		id, tenant, users, buckets, caps, int64(amount), ttl.Milliseconds()).Scan(&r.Refused, &spent, &held)
+	if err != nil {
+		return Reservation{}, fmt.Errorf("reserve spend: %w", err)
+	}
+	if len(spent) != len(cs) || len(held) != len(cs) {
+		return Reservation{}, errors.New("reserve spend: the store answered for the wrong number of counters")
+	}
+	r.Spent, r.Reserved = make([]tokens.Money, len(cs)), make([]tokens.Money, len(cs))
+	for i := range cs {
+		r.Spent[i], r.Reserved[i] = tokens.Money(spent[i]), tokens.Money(held[i])
+	}
+	return r, nil
+}
+
+func (s *PGStore) Settle(ctx context.Context, id, tenant string, cs []Counter, cost tokens.Money) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	users, buckets, _ := columns(cs)
+	// One statement: the hold goes and the cost lands together, or neither does.
+	_, err := s.pool.Exec(ctx, `WITH dropped AS (DELETE FROM ctxproxy_spend_holds WHERE id = $1)
+		INSERT INTO ctxproxy_spend AS c (tenant, end_user, bucket, spent_nano)
+		SELECT $2, u, b, $5 FROM unnest($3::text[], $4::text[]) AS t(u, b)
+		ON CONFLICT (tenant, end_user, bucket) DO UPDATE SET spent_nano = c.spent_nano + EXCLUDED.spent_nano, updated_at = now()`,
+		id, tenant, users, buckets, int64(cost))
+	if err != nil {
+		return fmt.Errorf("settle spend: %w", err)
+	}
+	return nil
+}
+
+func (s *PGStore) Release(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if _, err := s.pool.Exec(ctx, `DELETE FROM ctxproxy_spend_holds WHERE id = $1`, id); err != nil {
+		return fmt.Errorf("release spend hold: %w", err)
+	}
+	return nil
+}
+
+func (s *PGStore) Spent(ctx context.Context, tenant string, cs []Counter) ([]tokens.Money, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	users, buckets, _ := columns(cs)
+	rows, err := s.pool.Query(ctx, `SELECT coalesce(c.spent_nano, 0) FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS t(u, b, n)
+		LEFT JOIN ctxproxy_spend c ON c.tenant = $1 AND c.end_user = t.u AND c.bucket = t.b ORDER BY t.n`, tenant, users, buckets)
+	if err != nil {
+		return nil, fmt.Errorf("read spend: %w", err)
+	}
+	vals, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("read spend: %w", err)
+	}
+	out := make([]tokens.Money, len(vals))
+	for i, v := range vals {
+		out[i] = tokens.Money(v)
+	}
+	return out, nil
+}

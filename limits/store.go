@@ -1,0 +1,140 @@
+package limits
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/ctxproxy/ctxproxy/tokens"
+)
+
+// Counter is one spend counter a request is checked and charged against: the tenant's (User "")
+// or one end user's, in one period bucket, with the cap that applies to it.
+type Counter struct {
+	User   string // "" for the tenant as a whole
+	Bucket string // see Bucket
+	Cap    tokens.Money
+}
+
+// Reservation is the outcome of SpendStore.Reserve.
+type Reservation struct {
+	// Spent and Reserved are each counter's settled spend and unexpired reservations (other
+	// requests' holds) as they were when checked.
+	Spent, Reserved []tokens.Money
+	// Refused is the index of the first counter the amount does not fit under, -1 when it fits
+	// under all of them (and is then held on each).
+	Refused int
+}
+
+// SpendStore keeps spend counters and reservations. Implementations are exact under
+// concurrency: a Reserve sees every Reserve and Settle that returned before it started.
+// Counters of one call are passed sorted by (User, Bucket), so stores that lock rows in that
+// order cannot deadlock.
+type SpendStore interface {
+	// Reserve checks that spent + unexpired reservations + amount stays within Cap on every
+	// counter of tenant and, if so, holds amount on each under id until ttl passes.
+	Reserve(ctx context.Context, id, tenant string, cs []Counter, amount tokens.Money, ttl time.Duration) (Reservation, error)
+	// Settle drops the hold of id and adds cost to every counter.
+	Settle(ctx context.Context, id, tenant string, cs []Counter, cost tokens.Money) error
+	// Release drops the hold of id without charging anything.
+	Release(ctx context.Context, id string) error
+	// Spent reads the settled spend of each counter (0 for one never charged).
+	Spent(ctx context.Context, tenant string, cs []Counter) ([]tokens.Money, error)
+	// Name says what the store is, for logs and the README's "which store" question.
+	Name() string
+}
+
+// MemoryStore is a SpendStore of one process: exact for that process, not shared between
+// replicas.
+type MemoryStore struct {
+	mu       sync.Mutex
+	now      func() time.Time
+	spent    map[counterKey]tokens.Money
+	holds    map[counterKey]map[string]hold // by request id
+	holdKeys map[string][]counterKey        // the counters each request id holds
+}
+
+type counterKey struct{ tenant, user, bucket string }
+
+type hold struct {
+	amount  tokens.Money
+	expires time.Time
+}
+
+// NewMemoryStore returns an empty in-memory store.
+func NewMemoryStore() *MemoryStore {
+	return &MemoryStore{now: time.Now, spent: map[counterKey]tokens.Money{},
+		holds: map[counterKey]map[string]hold{}, holdKeys: map[string][]counterKey{}}
+}
+
+func (m *MemoryStore) Name() string { return "memory" }
+
+func (m *MemoryStore) Reserve(_ context.Context, id, tenant string, cs []Counter, amount tokens.Money, ttl time.Duration) (Reservation, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	r := Reservation{Spent: make([]tokens.Money, len(cs)), Reserved: make([]tokens.Money, len(cs)), Refused: -1}
+	for i, c := range cs {
+		k := counterKey{tenant, c.User, c.Bucket}
+		r.Spent[i] = m.spent[k]
+		for hid, h := range m.holds[k] {
+			if !now.Before(h.expires) {
+				delete(m.holds[k], hid) // a hold left by a request that never settled
+				continue
+			}
+			r.Reserved[i] += h.amount
+		}
+		if r.Refused < 0 && r.Spent[i]+r.Reserved[i]+amount > c.Cap {
+			r.Refused = i
+		}
+	}
+	if r.Refused >= 0 {
+		return r, nil
+	}
+	for _, c := range cs {
+		k := counterKey{tenant, c.User, c.Bucket}
+		if m.holds[k] == nil {
+			m.holds[k] = map[string]hold{}
+		}
+		m.holds[k][id] = hold{amount: amount, expires: now.Add(ttl)}
+		m.holdKeys[id] = append(m.holdKeys[id], k)
+	}
+	return r, nil
+}
+
+func (m *MemoryStore) Settle(_ context.Context, id, tenant string, cs []Counter, cost tokens.Money) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.release(id)
+	for _, c := range cs {
+		m.spent[counterKey{tenant, c.User, c.Bucket}] += cost
+	}
+	return nil
+}
+
+func (m *MemoryStore) Release(_ context.Context, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.release(id)
+	return nil
+}
+
+func (m *MemoryStore) release(id string) {
+	for _, k := range m.holdKeys[id] {
+		delete(m.holds[k], id)
+		if len(m.holds[k]) == 0 {
+			delete(m.holds, k)
+		}
+	}
+	delete(m.holdKeys, id)
+}
+
+func (m *MemoryStore) Spent(_ context.Context, tenant string, cs []Counter) ([]tokens.Money, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]tokens.Money, len(cs))
+	for i, c := range cs {
+		out[i] = m.spent[counterKey{tenant, c.User, c.Bucket}]
+	}
+	return out, nil
+}
