@@ -45,18 +45,23 @@ func installedMatchesLock(t *testing.T) bool {
 	return want != "" && npmlock.Installed(".", "@anthropic-ai/sdk") == want
 }
 
-func TestTypeScriptSDKSuite(t *testing.T) {
-	node := need(t, "node")
+// installSDK installs the SDK from the lock file unless node_modules holds it.
+func installSDK(ctx context.Context, t *testing.T) {
+	t.Helper()
 	npm := need(t, "npm")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-
 	if !installedMatchesLock(t) {
 		out, err := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund").CombinedOutput()
 		if err != nil {
 			t.Fatalf("npm ci: %v\n%s", err, out)
 		}
 	}
+}
+
+func TestTypeScriptSDKSuite(t *testing.T) {
+	node := need(t, "node")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	installSDK(ctx, t)
 
 	bin := t.TempDir()
 	build := func(out, pkg string) error { return binaries.Build(ctx, filepath.Join(bin, out), pkg, binaries.Race) }
