@@ -31,14 +31,14 @@ type Result struct {
 // official helpers would: the command's text, or "Error: " + the error
 // sentence with IsError (the TS tool runner's wrapping).
 func Exec(ctx context.Context, st Store, sc Scope, input []byte) Result {
-	r := exec(ctx, st, sc, input)
+	r := execute(ctx, st, sc, input)
 	if r.Command != "view" || r.IsError { // a view's formatter cuts it, with a note on how to see the rest
 		r.Content = Bound(r.Content, sc.Limits.OrDefaults().MaxViewChars)
 	}
 	return r
 }
 
-func exec(ctx context.Context, st Store, sc Scope, input []byte) Result {
+func execute(ctx context.Context, st Store, sc Scope, input []byte) Result {
 	in := gjson.ParseBytes(input)
 	if !gjson.ValidBytes(input) || !in.IsObject() {
 		return fail("", errorf("The memory tool input must be a JSON object."))
