@@ -232,7 +232,7 @@ func readFile(r *os.Root, sc Scope, p Path) ([]byte, error) {
 	case !w.leaf.Mode().IsRegular():
 		return nil, ErrNotExist
 	}
-	if links(w.leaf) != 1 {
+	if links(w.leaf) > 1 {
 		return nil, ErrHardLink
 	}
 	if err := sc.Limits.CheckRead(p, w.leaf.Size()); err != nil {
@@ -251,7 +251,11 @@ func readFile(r *os.Root, sc Scope, p Path) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if fi.Mode().IsRegular() && links(fi) != 1 { // linked meanwhile
+	switch n := links(fi); {
+	case !fi.Mode().IsRegular():
+	case n == 0: // deleted since lwalk
+		return nil, ErrNotExist
+	case n > 1: // linked since lwalk
 		return nil, ErrHardLink
 	}
 	if !os.SameFile(fi, w.leaf) {
@@ -709,10 +713,16 @@ func (b *fileBackend) Ready(ctx context.Context) error {
 // escapes reports os.Root's refusal to leave its directory (its error value
 // is unexported; TestSymlinkSwapRaceGivesTheSymlinkSentence pins the text).
 func escapes(err error) bool {
-	for ; err != nil; err = errors.Unwrap(err) {
-		if err.Error() == "path escapes from parent" {
-			return true
+	switch e := err.(type) {
+	case nil:
+		return false
+	case interface{ Unwrap() []error }: // errors.Join: a failed write and its failed settling
+		for _, err := range e.Unwrap() {
+			if escapes(err) {
+				return true
+			}
 		}
+		return false
 	}
-	return false
+	return err.Error() == "path escapes from parent" || escapes(errors.Unwrap(err))
 }

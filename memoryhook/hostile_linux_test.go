@@ -59,7 +59,7 @@ func TestSymlinkSwapRaceGivesTheSymlinkSentence(t *testing.T) {
 			links++
 		}
 		if r.Unavailable {
-			bad[in+" → "+r.Content]++
+			bad[in+" → "+r.Content+" ("+r.Err.Error()+")"]++
 		}
 	}
 	stop.Store(true)
