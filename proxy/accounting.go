@@ -26,14 +26,11 @@ func (a *accounting) called() { a.calls++ }
 // from sending it until its reply was read.
 func (a *accounting) waited(t0 time.Time) { a.upDur += time.Since(t0) }
 
-// record accounts one upstream call's usage and applied edits.
-func (x *exchange) record(resp *http.Response, u tokens.Usage, edits []tokens.AppliedEdit) {
+// record accounts one upstream call's usage and applied edits; meta is what
+// the reply said of itself (for the call's span).
+func (x *exchange) record(resp *http.Response, u tokens.Usage, edits []tokens.AppliedEdit, meta replyMeta) {
 	x.acct.usage.Add(u)
-	rec := x.s.cfg.Recorder
-	if rec == nil {
-		return
-	}
-	rec.Record(x.r.Context(), tokens.Call{
+	c := tokens.Call{
 		Time:      time.Now(),
 		Tenant:    x.tenantLabel(),
 		Model:     x.req.model,
@@ -42,7 +39,11 @@ func (x *exchange) record(resp *http.Response, u tokens.Usage, edits []tokens.Ap
 		Status:    resp.StatusCode,
 		Usage:     u,
 		Edits:     edits,
-	})
+	}
+	if rec := x.s.cfg.Recorder; rec != nil {
+		c = rec.Record(x.r.Context(), c)
+	}
+	x.endCallSpan(&c, meta)
 }
 
 // memoryCommand accounts one memory command. A store outage is the
@@ -69,6 +70,7 @@ func (x *exchange) tenantLabel() string {
 // finish writes the request's log line and metrics.
 func (x *exchange) finish() {
 	x.req.lease.release()
+	x.endSpans()
 	d := time.Since(x.req.start)
 	if m := x.s.cfg.Metrics; m != nil {
 		m.ObserveRequest(x.tenantLabel(), x.req.model, x.out.status, x.acct.upDur, max(d-x.acct.upDur, 0))

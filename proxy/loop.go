@@ -139,7 +139,9 @@ func (x *exchange) runMemory(ctx context.Context, calls []memCall) []byte {
 			res = memoryhook.Result{Command: gjson.GetBytes(c.input, "command").String(), IsError: true,
 				Content: "Error: memory store unavailable: this proxy has no memory store"}
 		} else {
-			res = memoryhook.Exec(ctx, x.s.cfg.Memory, sc, c.input)
+			res = x.traceMemory(ctx, c.input, func(ctx context.Context) memoryhook.Result {
+				return memoryhook.Exec(ctx, x.s.cfg.Memory, sc, c.input)
+			})
 		}
 		x.memoryCommand(res)
 		if res.Wrote {
@@ -276,7 +278,7 @@ func (x *exchange) servePlain() {
 			return
 		}
 		u, edits := tokens.ParseMessage(reply)
-		x.record(resp, u, edits)
+		x.record(resp, u, edits, x.plainMeta(reply))
 		var end roundEnd
 		var client [][]byte // the reply's blocks but its memory calls
 		if x.req.memory {

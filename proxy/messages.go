@@ -21,17 +21,19 @@ import (
 //   - acct: what the upstream calls cost; written only by accounting.go.
 //   - loop: what the memory loop carries from round to round; written only
 //     by loop.go.
+//   - spans: the open OpenTelemetry spans; written only by trace.go.
 //
 // What one upstream round learns lives in the round's own values: the reply
 // and roundEnd in loop.go, round in relay.go.
 type exchange struct {
-	s    *Server
-	r    *http.Request
-	w    http.ResponseWriter
-	req  request
-	out  clientReply
-	acct accounting
-	loop memoryLoop
+	s     *Server
+	r     *http.Request
+	w     http.ResponseWriter
+	req   request
+	out   clientReply
+	acct  accounting
+	loop  memoryLoop
+	spans spans
 }
 
 // request is the client's request after the policy.
@@ -61,6 +63,7 @@ func (s *Server) countTokens(w http.ResponseWriter, r *http.Request) { s.serve(w
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, countTokens bool) {
 	x := &exchange{s: s, r: r, w: w, req: request{start: time.Now()}}
+	x.startServerSpan(r.URL.Path)
 	defer x.finish()
 	if !x.readAndRewrite(countTokens) {
 		return
@@ -174,8 +177,13 @@ func readBody(r *http.Request, limit int64) ([]byte, *bodyLease, error) {
 // until its reply was read (accounting.waited).
 func (x *exchange) roundTrip(ctx context.Context, body [][]byte, p retryPolicy) (resp *http.Response, t0 time.Time, err error) {
 	t0 = time.Now()
+	ctx = x.startCallSpan(ctx)
 	resp, err = x.s.up.do(ctx, func() (*http.Request, error) {
-		return x.s.up.newRequest(ctx, x.r, x.req.header, body, x.req.lease)
+		req, err := x.s.up.newRequest(ctx, x.r, x.req.header, body, x.req.lease)
+		if err == nil {
+			x.injectTrace(ctx, req)
+		}
+		return req, err
 	}, p)
 	x.acct.called()
 	if err == nil {
@@ -185,7 +193,11 @@ func (x *exchange) roundTrip(ctx context.Context, body [][]byte, p retryPolicy) 
 	}
 	if err != nil {
 		x.acct.waited(t0)
+		x.failCallSpan(0, "upstream_unreachable")
 		return nil, t0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		x.failCallSpan(resp.StatusCode, "")
 	}
 	scrubReply(resp, x.req.upstreamKey)
 	return resp, t0, nil

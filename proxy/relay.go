@@ -24,6 +24,7 @@ type round struct {
 	first  bool // the first round: its message_start goes to the client
 
 	id         string
+	model      string // message_start's message.model
 	stopReason string
 	delta      []byte   // the message_delta event's data, withheld until the end
 	stopRaw    []byte   // the message_stop event as it came
@@ -52,6 +53,7 @@ func (rd *round) relay(src *sseReader, sw *streamWriter) error {
 		case "message_start":
 			rd.meter.Event("message_start", ev.Data)
 			rd.id = gjson.GetBytes(ev.Data, "message.id").Str
+			rd.model = gjson.GetBytes(ev.Data, "message.model").Str
 			if rd.first {
 				sw.send(ev.Raw)
 			}

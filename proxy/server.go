@@ -22,6 +22,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/ctxproxy/ctxproxy/policy"
 	"github.com/ctxproxy/ctxproxy/tokens"
+	"github.com/ctxproxy/ctxproxy/tracing"
 )
 
 // Config is what a Server needs. Zero durations take the defaults below.
@@ -31,6 +32,7 @@ type Config struct {
 	Memory             memoryhook.Store // nil: memory proxy mode answers tool errors
 	Recorder           *tokens.Recorder // nil: no accounting
 	Metrics            *tokens.Metrics  // nil: no /metrics
+	Tracer             *tracing.Tracer  // nil: no traces
 	Report             http.Handler     // /admin/report; nil: disabled
 	Log                *zap.Logger
 	MaxBody            int64         // request body limit; default 32 MiB
@@ -130,7 +132,7 @@ func (s *Server) routes(rt http.RoundTripper) *mux.Router {
 	}
 	r.HandleFunc("/v1/messages", s.messages).Methods(http.MethodPost)
 	r.HandleFunc("/v1/messages/count_tokens", s.countTokens).Methods(http.MethodPost)
-	r.PathPrefix("/v1/").Handler(s.authPassthrough(s.passthrough(rt)))
+	r.PathPrefix("/v1/").Handler(s.tracePassthrough(s.authPassthrough(s.passthrough(rt))))
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})
@@ -147,6 +149,7 @@ func (s *Server) passthrough(rt http.RoundTripper) http.Handler {
 			// Keep the client's forwarding headers as they were: the proxy is
 			// meant to be invisible.
 			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+			s.cfg.Tracer.Inject(pr.Out.Context(), pr.Out.Header)
 			if key := passthroughKey(pr.In); key != "" {
 				swapCredential(pr.Out.Header, key)
 				// The reply is scrubbed of the key: it must come readable.

@@ -75,7 +75,7 @@ func (x *exchange) streamRound(ctx context.Context, sw *streamWriter) (*round, u
 	up.complete = rd.done
 	x.acct.waited(t0)
 	u, edits := rd.meter.Result()
-	x.record(resp, u, edits)
+	x.record(resp, u, edits, replyMeta{id: rd.id, model: rd.model, stopReason: rd.stopReason})
 	if ev, over := x.roundFailure(ctx, sw, up.ir, rd, err); over {
 		up.release()
 		sw.send(ev)

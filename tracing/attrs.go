@@ -103,6 +103,19 @@ func (s Span) EndChat(r ChatResponse) {
 	s.sp.End()
 }
 
+// EndServer records the status the client got and the tenant, and ends the
+// server span; a 5xx marks it failed.
+func (s Span) EndServer(status int, tenant string) {
+	if s.sp == nil {
+		return
+	}
+	s.sp.SetAttributes(attribute.Int(AttrUpstreamStatus, status), attribute.String(AttrTenant, tenant))
+	if status >= 500 {
+		s.Fail(errorTypeForStatus(status), "request failed")
+	}
+	s.sp.End()
+}
+
 // EndMemory records a memory command's outcome (never its content or a
 // host path) and ends the span.
 func (s Span) EndMemory(ok bool, bytes int) {

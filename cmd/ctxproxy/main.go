@@ -143,12 +143,19 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 	// Without --admin-token the handler answers 404: disabled, not open.
 	report := tokens.ReportHandler(ledger, cfg.AdminToken, tokens.WithLogger(log))
 
+	tracer, stopTracer, err := startTracing(ctx, log, lifecycle)
+	if err != nil {
+		return err
+	}
+	defer stopTracer()
+
 	srv, err := proxy.New(proxy.Config{
 		Upstream:           up,
 		Policies:           pols,
 		Memory:             mem,
 		Recorder:           rec,
 		Metrics:            metrics,
+		Tracer:             tracer,
 		Report:             report,
 		Log:                log,
 		MaxBody:            cfg.MaxBody,

@@ -1,0 +1,196 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/ctxproxy/ctxproxy/memoryhook"
+	"github.com/ctxproxy/ctxproxy/tokens"
+	"github.com/ctxproxy/ctxproxy/tracing"
+)
+
+// The exchange's OpenTelemetry spans: one server span per client request,
+// one `chat {model}` client span per upstream call (each memory-loop round
+// its own), one span per memory command. With tracing off (a nil Tracer)
+// every method here is a nil check. Only this file writes x.spans.
+
+// spans are the exchange's open spans.
+type spans struct {
+	server    tracing.Span
+	call      tracing.Span // the upstream call in flight; zero when none
+	maxTokens int64        // the request's max_tokens, read once; -1 not yet
+}
+
+// replyMeta is what a reply says of itself, for the call's span.
+type replyMeta struct {
+	id, model, stopReason string
+}
+
+// startServerSpan starts the request's server span, continuing an incoming
+// traceparent, and puts it in x.r's context.
+func (x *exchange) startServerSpan(route string) {
+	t := x.s.cfg.Tracer
+	if !t.Enabled() {
+		return
+	}
+	ctx, sp := t.StartServer(x.r, route)
+	x.r = x.r.WithContext(ctx)
+	x.spans.server, x.spans.maxTokens = sp, -1
+}
+
+// startCallSpan starts the client span of one upstream call.
+func (x *exchange) startCallSpan(ctx context.Context) context.Context {
+	t := x.s.cfg.Tracer
+	if !t.Enabled() {
+		return ctx
+	}
+	x.spans.call.End() // a call whose reply was never accounted
+	q := &x.req
+	if x.spans.maxTokens < 0 {
+		x.spans.maxTokens = gjson.GetBytes(x.firstPart(), "max_tokens").Int()
+	}
+	req := tracing.ChatRequest{
+		Model:     q.model,
+		Stream:    q.stream,
+		Tenant:    x.tenantLabel(),
+		Edits:     q.info.Edits,
+		Round:     x.loop.round,
+		MaxTokens: x.spans.maxTokens,
+	}
+	if x.r.URL.Path == "/v1/messages/count_tokens" {
+		req.Operation = "count_tokens"
+	}
+	if q.pol != nil {
+		req.PolicyMode = string(q.pol.ContextManagement.Mode)
+	}
+	if q.info.Threaded {
+		body := x.loop.body // the whole body, in memory proxy mode
+		if body == nil {
+			body = joinParts(q.parts)
+		}
+		req.ConversationID = gjson.GetBytes(body, "thread.previous_message_id").Str
+	}
+	ctx, x.spans.call = t.StartChat(ctx, req)
+	return ctx
+}
+
+// firstPart is the start of the request body, where a client puts
+// max_tokens; a body in pieces is read from its first.
+func (x *exchange) firstPart() []byte {
+	if len(x.req.parts) == 0 {
+		return nil
+	}
+	return x.req.parts[0]
+}
+
+// plainMeta reads a whole reply's id, model and stop reason for the call's
+// span, when it records.
+func (x *exchange) plainMeta(reply []byte) replyMeta {
+	if !x.spans.call.Recording() {
+		return replyMeta{}
+	}
+	r := gjson.GetManyBytes(reply, "id", "model", "stop_reason")
+	return replyMeta{id: r[0].Str, model: r[1].Str, stopReason: r[2].Str}
+}
+
+// injectTrace gives the upstream request the call span as its parent. The
+// header is the exchange's shared one, so it is copied first.
+func (x *exchange) injectTrace(ctx context.Context, req *http.Request) {
+	t := x.s.cfg.Tracer
+	if !t.Enabled() {
+		return
+	}
+	req.Header = req.Header.Clone()
+	t.Inject(ctx, req.Header)
+}
+
+// endCallSpan ends the call's span with what its reply and accounting said.
+func (x *exchange) endCallSpan(c *tokens.Call, m replyMeta) {
+	sp := x.spans.call
+	x.spans.call = tracing.Span{}
+	if !sp.Recording() {
+		sp.End()
+		return
+	}
+	r := tracing.ChatResponse{
+		Status: c.Status, ID: m.id, Model: m.model, StopReason: m.stopReason,
+		InputTokens: c.Usage.InputTokens, OutputTokens: c.Usage.OutputTokens,
+		CacheRead: c.Usage.CacheReadInputTokens, CacheCreation: c.Usage.CacheCreationInputTokens,
+		CostUSD: c.Cost.USD(),
+	}
+	for _, e := range c.Edits {
+		r.AppliedEdits = append(r.AppliedEdits, e.Type)
+		r.ClearedInput += e.ClearedInputTokens
+		r.ClearedTools += e.ClearedToolUses
+	}
+	sp.EndChat(r)
+}
+
+// failCallSpan ends the call's span as failed: no reply, or an error reply.
+func (x *exchange) failCallSpan(status int, cause string) {
+	sp := x.spans.call
+	x.spans.call = tracing.Span{}
+	if status != 0 {
+		sp.EndChat(tracing.ChatResponse{Status: status})
+		return
+	}
+	sp.Fail(cause, "upstream call failed")
+	sp.End()
+}
+
+// traceMemory runs one memory command inside its own span: command, result
+// and the result's size; never its content or a path.
+func (x *exchange) traceMemory(ctx context.Context, input []byte, run func(context.Context) memoryhook.Result) memoryhook.Result {
+	t := x.s.cfg.Tracer
+	if !t.Enabled() {
+		return run(ctx)
+	}
+	ctx, sp := t.StartMemory(ctx, gjson.GetBytes(input, "command").Str)
+	res := run(ctx)
+	sp.EndMemory(!res.IsError, len(res.Content))
+	return res
+}
+
+// endSpans closes what is still open when the request is over.
+func (x *exchange) endSpans() {
+	if !x.s.cfg.Tracer.Enabled() {
+		return
+	}
+	if x.out.status >= 500 || x.out.status == 499 {
+		x.failCallSpan(0, "request ended")
+	} else {
+		x.spans.call.End()
+	}
+	x.spans.server.EndServer(x.out.status, x.tenantLabel())
+}
+
+// tracePassthrough gives every other /v1/ call a server span, and the
+// upstream request its traceparent (see the passthrough's Rewrite).
+func (s *Server) tracePassthrough(next http.Handler) http.Handler {
+	t := s.cfg.Tracer
+	if !t.Enabled() {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, sp := t.StartServer(r, "/v1/*")
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(sw, r.WithContext(ctx))
+		sp.EndServer(sw.status, "")
+	})
+}
+
+// statusWriter remembers the status a handler wrote; Unwrap keeps flushing
+// (http.ResponseController) working through it.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
