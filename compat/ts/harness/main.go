@@ -54,6 +54,7 @@ memory:
 `),
 		"inject.yaml": stack.TenantPolicy("inject", keys["inject"], `context_management:
   mode: default
+  threads: pass
   clear_tool_uses:
     trigger: { type: tool_uses, value: 2 }
     keep: { type: tool_uses, value: 1 }
