@@ -363,18 +363,21 @@ func (l *tenantLog) reconcile(ctx context.Context, tr *os.Root) error {
 	sys := Actor{Type: ActorSystem}
 	now := time.Now().UTC()
 	rec := &logRec{T: "tx", Op: "adopt"}
-	err := fs.WalkDir(tr.FS(), ".", func(name string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
+	top, err := tr.Lstat(".")
+	if err != nil {
+		return fmt.Errorf("memory history: adopt files: %w", err)
+	}
+	// walkTree, not fs.WalkDir: linear in the entries at any depth.
+	err = walkTree(tr, ".", top, func(e walkEntry) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if !d.Type().IsRegular() || tmpName.MatchString(d.Name()) {
+		if !e.Info.Mode().IsRegular() || tmpName.MatchString(e.Name) {
 			return nil
 		}
+		name := e.Rel
 		seen[name] = true
-		data, err := tr.ReadFile(name)
+		data, err := e.Dir.ReadFile(e.Name)
 		if err != nil {
 			return err
 		}

@@ -391,13 +391,14 @@ func treeUsage(r *os.Root, name string) (Usage, error) {
 	case !fi.IsDir():
 		u.Entries = 0
 	default:
-		err = walkTree(r, name, fi, func(fi fs.FileInfo, _, _ int) {
-			u.Entries++
-			if fi.Mode().IsRegular() {
-				u.Bytes += fi.Size()
-			} else if !fi.IsDir() {
-				u.Entries--
+		err = walkTree(r, name, fi, func(e walkEntry) error {
+			if e.Info.Mode().IsRegular() {
+				u.Bytes += e.Info.Size()
+				u.Entries++
+			} else if e.Info.IsDir() {
+				u.Entries++
 			}
+			return nil
 		})
 	}
 	return u, err
@@ -406,26 +407,35 @@ func treeUsage(r *os.Root, name string) (Usage, error) {
 // treeExtent measures how far directory name reaches below it.
 func treeExtent(r *os.Root, name string, fi fs.FileInfo) (Extent, error) {
 	var ext Extent
-	err := walkTree(r, name, fi, func(_ fs.FileInfo, depth, bytes int) {
-		ext.Depth, ext.Bytes = max(ext.Depth, depth), max(ext.Bytes, bytes)
+	err := walkTree(r, name, fi, func(e walkEntry) error {
+		ext.Depth, ext.Bytes = max(ext.Depth, e.Depth), max(ext.Bytes, 1+len(e.Rel))
+		return nil
 	})
 	return ext, err
 }
 
-// walkTree calls visit for every entry below directory name (fi is its
-// Lstat), with its depth below it (1 = a child) and the bytes its path adds
-// ("/child"). Each directory is opened once, relative to its parent, and
-// every entry Lstatted relative to its directory, so the walk costs the same
-// per entry at any depth (a walk by paths from the top costs the depth per
-// entry: quadratic in a deep tree). Links are never followed: a directory
-// that is not the one listed when it is opened is a link swapped in.
-func walkTree(r *os.Root, name string, fi fs.FileInfo, visit func(fi fs.FileInfo, depth, bytes int)) error {
-	return walkDir(r, name, fi, 1, 0, visit)
+// walkEntry is one entry walkTree visits.
+type walkEntry struct {
+	Dir   *os.Root // the directory holding it: open the entry as Name there
+	Name  string
+	Rel   string // its path below the walk's top, "a/b.md"
+	Info  fs.FileInfo
+	Depth int // 1 for the top's children
 }
 
-// walkDir walks directory name of parent; its entries are depth deep and
-// their paths add bytes + "/" + their name.
-func walkDir(parent *os.Root, name string, fi fs.FileInfo, depth, bytes int, visit func(fi fs.FileInfo, depth, bytes int)) error {
+// walkTree calls visit for every entry below directory name (fi is its
+// Lstat), parents before children. Each directory is opened once, relative
+// to its parent, and each entry Lstatted relative to its directory, so the
+// walk costs the same per entry at any depth (a walk by paths from the top,
+// like fs.WalkDir over os.Root.FS, costs the depth per entry: quadratic in a
+// deep tree). Links are never followed: a directory that is not the one
+// listed when it is opened is a link swapped in (ErrSymlink).
+func walkTree(r *os.Root, name string, fi fs.FileInfo, visit func(walkEntry) error) error {
+	return walkDir(r, name, fi, "", 1, visit)
+}
+
+// walkDir walks directory name of parent, whose path below the top is rel.
+func walkDir(parent *os.Root, name string, fi fs.FileInfo, rel string, depth int, visit func(walkEntry) error) error {
 	d, err := parent.OpenRoot(name)
 	if err != nil {
 		return err
@@ -451,10 +461,15 @@ func walkDir(parent *os.Root, name string, fi fs.FileInfo, depth, bytes int, vis
 		if err != nil {
 			return err
 		}
-		n := bytes + 1 + len(name)
-		visit(fi, depth, n)
+		e := walkEntry{Dir: d, Name: name, Rel: name, Info: fi, Depth: depth}
+		if rel != "" {
+			e.Rel = rel + "/" + name
+		}
+		if err := visit(e); err != nil {
+			return err
+		}
 		if fi.IsDir() {
-			if err := walkDir(d, name, fi, depth+1, n, visit); err != nil {
+			if err := walkDir(d, name, fi, e.Rel, depth+1, visit); err != nil {
 				return err
 			}
 		}
