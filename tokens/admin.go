@@ -68,16 +68,22 @@ func WithLogger(log *zap.Logger) HandlerOption {
 	}
 }
 
-// ReportHandler serves GET /admin/report?tenant=&since=&until=&group_by=model|day as JSON
+// ReportHandler serves GET /admin/report?tenant=&since=&until=&group_by=model|day|key|user as JSON
 // (see Report), behind RequireAdminToken(adminToken): an empty token disables it (404).
 // Bad parameters get 400 invalid_request_error; a ledger failure 500 api_error (logged).
 func ReportHandler(l Ledger, adminToken string, opts ...HandlerOption) http.Handler {
+	return RequireAdminToken(adminToken, NewReportHandler(l, opts...))
+}
+
+// NewReportHandler is ReportHandler without authorisation, for a caller that
+// authorises operator requests itself (package admin).
+func NewReportHandler(l Ledger, opts ...HandlerOption) http.Handler {
 	cfg := handlerConfig{log: zap.NewNop()}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	log := cfg.log
-	return RequireAdminToken(adminToken, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
 			writeAPIError(w, http.StatusMethodNotAllowed, "invalid_request_error", "use GET")
@@ -121,5 +127,5 @@ func ReportHandler(l Ledger, adminToken string, opts ...HandlerOption) http.Hand
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		w.Write(append(b, '\n')) //nolint:errcheck // client gone
-	}))
+	})
 }

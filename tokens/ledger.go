@@ -16,6 +16,8 @@ import (
 type Call struct {
 	Time         time.Time
 	Tenant       string
+	KeyID        string // first 8 hex of the sha256 of the key the client presented
+	User         string // the user of a ctxproxy key ("" for other keys)
 	Model        string
 	RequestID    string // upstream request-id header
 	MessageID    string // msg_… id of the reply, when there was one
@@ -97,6 +99,8 @@ type record struct {
 	V            int               `json:"v"`
 	Time         string            `json:"time"`
 	Tenant       string            `json:"tenant"`
+	KeyID        string            `json:"key_id,omitempty"`
+	User         string            `json:"user,omitempty"`
 	Model        string            `json:"model"`
 	RequestID    string            `json:"request_id"`
 	MessageID    string            `json:"message_id,omitempty"`
@@ -196,6 +200,12 @@ func AppendCall(b []byte, c *Call) []byte {
 	b = c.Time.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, '"')
 	str("tenant", c.Tenant)
+	if c.KeyID != "" {
+		str("key_id", c.KeyID)
+	}
+	if c.User != "" {
+		str("user", c.User)
+	}
 	str("model", c.Model)
 	str("request_id", c.RequestID)
 	if c.MessageID != "" {
@@ -236,7 +246,7 @@ func UnmarshalCall(line []byte) (Call, error) {
 		return Call{}, fmt.Errorf("ledger record: time: %w", err)
 	}
 	c := Call{
-		Time: t, Tenant: r.Tenant, Model: r.Model, RequestID: r.RequestID, MessageID: r.MessageID,
+		Time: t, Tenant: r.Tenant, KeyID: r.KeyID, User: r.User, Model: r.Model, RequestID: r.RequestID, MessageID: r.MessageID,
 		Stream: r.Stream, Status: r.Status, Usage: r.Usage,
 		Cost: r.CostUSD, Savings: r.SavingsUSD, PriceUnknown: r.PriceUnknown,
 	}

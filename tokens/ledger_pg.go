@@ -50,6 +50,10 @@ var PGSchema = pgmigrate.Schema{Name: "ledger", Versions: [][]string{
 		`CREATE INDEX ctxproxy_ledger_tenant_time ON ctxproxy_ledger (tenant, time)`,
 		`CREATE INDEX ctxproxy_ledger_time ON ctxproxy_ledger (time)`,
 	},
+	{
+		// Attribution: the key's id (first 8 hex of its sha256) and, for a ctxproxy key, its user.
+		`ALTER TABLE ctxproxy_ledger ADD COLUMN key_id text NOT NULL DEFAULT '', ADD COLUMN user_name text NOT NULL DEFAULT ''`,
+	},
 }}
 
 // OpenPGLedger connects to url (a pgx connection string; search_path and other runtime
@@ -76,11 +80,11 @@ func (l *PGLedger) Append(ctx context.Context, c Call) error {
 	u := c.Usage
 	_, err := l.pool.Exec(ctx, `INSERT INTO ctxproxy_ledger (time, tenant, model, request_id, message_id, stream, status,
 		input_tokens, output_tokens, cache_creation_input_tokens, cache_creation_1h_input_tokens, cache_read_input_tokens,
-		applied_edits, cleared_input_tokens, cost_nano_usd, savings_nano_usd, price_unknown)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17)`,
+		applied_edits, cleared_input_tokens, cost_nano_usd, savings_nano_usd, price_unknown, key_id, user_name)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19)`,
 		c.Time.UTC().Truncate(time.Microsecond), c.Tenant, c.Model, c.RequestID, c.MessageID, c.Stream, c.Status,
 		u.InputTokens, u.OutputTokens, u.CacheCreationInputTokens, u.CacheCreation1hInputTokens, u.CacheReadInputTokens,
-		string(edits), c.ClearedInputTokens(), int64(c.Cost), int64(c.Savings), c.PriceUnknown)
+		string(edits), c.ClearedInputTokens(), int64(c.Cost), int64(c.Savings), c.PriceUnknown, c.KeyID, c.User)
 	if err != nil {
 		return fmt.Errorf("ledger append: %w", err)
 	}
@@ -98,7 +102,7 @@ func (l *PGLedger) Query(ctx context.Context, f Filter) ([]Call, error) {
 	}
 	rows, err := l.pool.Query(ctx, `SELECT time, tenant, model, request_id, message_id, stream, status,
 		input_tokens, output_tokens, cache_creation_input_tokens, cache_creation_1h_input_tokens, cache_read_input_tokens,
-		applied_edits::text, cost_nano_usd, savings_nano_usd, price_unknown
+		applied_edits::text, cost_nano_usd, savings_nano_usd, price_unknown, key_id, user_name
 		FROM ctxproxy_ledger
 		WHERE ($1 = '' OR tenant = $1) AND ($2::timestamptz IS NULL OR time >= $2) AND ($3::timestamptz IS NULL OR time < $3)
 		ORDER BY id`, f.Tenant, since, until)
@@ -113,7 +117,7 @@ func (l *PGLedger) Query(ctx context.Context, f Filter) ([]Call, error) {
 		u := &c.Usage
 		if err := rows.Scan(&c.Time, &c.Tenant, &c.Model, &c.RequestID, &c.MessageID, &c.Stream, &c.Status,
 			&u.InputTokens, &u.OutputTokens, &u.CacheCreationInputTokens, &u.CacheCreation1hInputTokens, &u.CacheReadInputTokens,
-			&edits, &cost, &savings, &c.PriceUnknown); err != nil {
+			&edits, &cost, &savings, &c.PriceUnknown, &c.KeyID, &c.User); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("query ledger: %w", err)
 		}

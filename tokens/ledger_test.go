@@ -21,11 +21,11 @@ var t0 = time.Date(2026, 3, 1, 10, 0, 0, 123456789, time.UTC)
 
 func sampleCalls() []Call {
 	return []Call{
-		{Time: t0, Tenant: "acme", Model: "claude-sonnet-4-5-20250929", RequestID: "req_1", MessageID: "msg_1", Status: 200,
+		{Time: t0, Tenant: "acme", KeyID: "0a1b2c3d", User: "ana@example.com", Model: "claude-sonnet-4-5-20250929", RequestID: "req_1", MessageID: "msg_1", Status: 200,
 			Usage: Usage{InputTokens: 1000, OutputTokens: 200, CacheCreationInputTokens: 30, CacheReadInputTokens: 4000},
 			Edits: []AppliedEdit{{Type: EditClearThinking, ClearedThinkingTurns: 2, ClearedInputTokens: 1800}, {Type: EditClearToolUses, ClearedToolUses: 8, ClearedInputTokens: 50000}},
 			Cost:  3_000_000 + 3_000_000 + 112_500 + 1_200_000, Savings: 155_400_000},
-		{Time: t0.Add(time.Hour), Tenant: "acme", Model: "claude-opus-4-8", RequestID: "req_2", Stream: true, Status: 200,
+		{Time: t0.Add(time.Hour), Tenant: "acme", KeyID: "ffee0011", Model: "claude-opus-4-8", RequestID: "req_2", Stream: true, Status: 200,
 			Usage: Usage{InputTokens: 10, OutputTokens: 20, CacheCreationInputTokens: 300, CacheCreation1hInputTokens: 100},
 			Edits: []AppliedEdit{{Type: "compact_20260112", ClearedInputTokens: 9, Raw: `{"type":"compact_20260112","cleared_input_tokens":9,"note":"x"}`}}},
 		{Time: t0.Add(25 * time.Hour), Tenant: "beta", Model: "gpt-4o", RequestID: "req_3", Status: 529, PriceUnknown: true},
@@ -38,7 +38,7 @@ func TestMarshalCallLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"v":1,"time":"2026-03-01T10:00:00.123456789Z","tenant":"acme","model":"claude-sonnet-4-5-20250929","request_id":"req_1","message_id":"msg_1","stream":false,"status":200,` +
+	want := `{"v":1,"time":"2026-03-01T10:00:00.123456789Z","tenant":"acme","key_id":"0a1b2c3d","user":"ana@example.com","model":"claude-sonnet-4-5-20250929","request_id":"req_1","message_id":"msg_1","stream":false,"status":200,` +
 		`"usage":{"input_tokens":1000,"output_tokens":200,"cache_creation_input_tokens":30,"cache_read_input_tokens":4000},` +
 		`"applied_edits":[{"type":"clear_thinking_20251015","cleared_thinking_turns":2,"cleared_input_tokens":1800},{"type":"clear_tool_uses_20250919","cleared_tool_uses":8,"cleared_input_tokens":50000}],` +
 		`"cleared_input_tokens":51800,"cost_usd":0.0073125,"savings_usd":0.1554,"price_unknown":false}`
@@ -451,7 +451,7 @@ func TestAppendCallMatchesTheRecordType(t *testing.T) {
 		if edits == nil {
 			edits = []json.RawMessage{}
 		}
-		r := record{V: LedgerVersion, Time: c.Time.UTC().Format(time.RFC3339Nano), Tenant: c.Tenant, Model: c.Model,
+		r := record{V: LedgerVersion, Time: c.Time.UTC().Format(time.RFC3339Nano), Tenant: c.Tenant, KeyID: c.KeyID, User: c.User, Model: c.Model,
 			RequestID: c.RequestID, MessageID: c.MessageID, Stream: c.Stream, Status: c.Status, Usage: c.Usage,
 			AppliedEdits: edits, Cleared: c.ClearedInputTokens(), CostUSD: c.Cost, SavingsUSD: c.Savings, PriceUnknown: c.PriceUnknown}
 		var want bytes.Buffer

@@ -16,17 +16,41 @@ import (
 const (
 	GroupByModel = "model" // one row per tenant and model name as the upstream reported it
 	GroupByDay   = "day"   // one row per tenant and UTC day (YYYY-MM-DD)
+	GroupByKey   = "key"   // one row per tenant and key id (first 8 hex of the key's sha256)
+	GroupByUser  = "user"  // one row per tenant and user of a ctxproxy key
 )
 
-// ParseGroupBy accepts "model", "day" or "" (model).
+// noGroup names the row of calls without a key id or user.
+const noGroup = "(none)"
+
+// ParseGroupBy accepts "model", "day", "key", "user" or "" (model).
 func ParseGroupBy(s string) (string, error) {
 	switch s {
 	case "", GroupByModel:
 		return GroupByModel, nil
-	case GroupByDay:
-		return GroupByDay, nil
+	case GroupByDay, GroupByKey, GroupByUser:
+		return s, nil
 	}
-	return "", fmt.Errorf("group_by %q: want model or day", s)
+	return "", fmt.Errorf("group_by %q: want model, day, key or user", s)
+}
+
+// groupOf is the row c belongs to under g.
+func groupOf(c *Call, g string) string {
+	var v string
+	switch g {
+	case GroupByDay:
+		return c.Time.UTC().Format(time.DateOnly)
+	case GroupByKey:
+		v = c.KeyID
+	case GroupByUser:
+		v = c.User
+	default:
+		return c.Model
+	}
+	if v == "" {
+		return noGroup
+	}
+	return v
 }
 
 // Totals are the sums over a set of calls.
@@ -101,21 +125,18 @@ type Report struct {
 	Total   Totals         `json:"total"`
 }
 
-// BuildReport sums calls per tenant and model, or per tenant and UTC day when groupBy is "day"
-// (anything else means model; check user input with ParseGroupBy).
+// BuildReport sums calls per tenant and model, or per tenant and UTC day, key id or user as
+// groupBy says (anything unknown means model; check user input with ParseGroupBy).
 func BuildReport(calls []Call, groupBy string) Report {
-	g := GroupByModel
-	if groupBy == GroupByDay {
-		g = GroupByDay
+	g, err := ParseGroupBy(groupBy)
+	if err != nil {
+		g = GroupByModel
 	}
 	type key struct{ tenant, group string }
 	rows := map[key]*Row{}
 	for i := range calls {
 		c := &calls[i]
-		k := key{tenant: c.Tenant, group: c.Model}
-		if g == GroupByDay {
-			k.group = c.Time.UTC().Format(time.DateOnly)
-		}
+		k := key{tenant: c.Tenant, group: groupOf(c, g)}
 		r := rows[k]
 		if r == nil {
 			r = &Row{Tenant: k.tenant, Group: k.group}
@@ -213,9 +234,9 @@ func WriteReportJSON(w io.Writer, r Report) error {
 // more than one row, and a grand total. Amounts are USD rounded to 6 decimals (the JSON form is
 // exact); an amount marked * leaves out calls whose model has no price.
 func WriteReportTable(w io.Writer, r Report) error {
-	groupHdr := "MODEL"
-	if r.GroupBy == GroupByDay {
-		groupHdr = "DAY"
+	groupHdr := map[string]string{GroupByDay: "DAY", GroupByKey: "KEY_ID", GroupByUser: "USER"}[r.GroupBy]
+	if groupHdr == "" {
+		groupHdr = "MODEL"
 	}
 	header := []string{"TENANT", groupHdr, "CALLS", "INPUT", "OUTPUT", "CACHE_WRITE", "CACHE_READ",
 		"CLEARED_INPUT", "CLEARED_TOOLS", "CLEARED_THINK", "COST_USD", "SAVINGS_USD"}

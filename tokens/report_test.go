@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -325,6 +326,46 @@ func TestReportHandler(t *testing.T) {
 				t.Fatalf("decode %s: %v", body, err)
 			}
 			tt.check(t, r)
+		})
+	}
+}
+
+func TestReportGroupsByKeyAndUser(t *testing.T) {
+	calls := []Call{
+		{Tenant: "acme", KeyID: "aaaaaaaa", User: "ana", Usage: Usage{InputTokens: 1}},
+		{Tenant: "acme", KeyID: "aaaaaaaa", User: "ana", Usage: Usage{InputTokens: 2}},
+		{Tenant: "acme", KeyID: "bbbbbbbb", User: "ana", Usage: Usage{InputTokens: 4}}, // ana's second key
+		{Tenant: "acme", KeyID: "cccccccc", Usage: Usage{InputTokens: 8}},              // a key of the policy: no user
+		{Tenant: "beta", Usage: Usage{InputTokens: 16}},                                // no key at all
+	}
+	for _, tc := range []struct {
+		groupBy string
+		want    map[string]int64 // tenant/group → input tokens
+	}{
+		{GroupByKey, map[string]int64{"acme/aaaaaaaa": 3, "acme/bbbbbbbb": 4, "acme/cccccccc": 8, "beta/(none)": 16}},
+		{GroupByUser, map[string]int64{"acme/ana": 7, "acme/(none)": 8, "beta/(none)": 16}},
+	} {
+		t.Run("by "+tc.groupBy, func(t *testing.T) {
+			g, err := ParseGroupBy(tc.groupBy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := BuildReport(calls, g)
+			got := map[string]int64{}
+			for _, row := range r.Rows {
+				got[row.Tenant+"/"+row.Group] = row.InputTokens
+			}
+			if !reflect.DeepEqual(got, tc.want) || r.GroupBy != tc.groupBy || r.Total.InputTokens != 31 {
+				t.Fatalf("rows %v, group_by %q, total %d", got, r.GroupBy, r.Total.InputTokens)
+			}
+			var b strings.Builder
+			if err := WriteReportTable(&b, r); err != nil {
+				t.Fatal(err)
+			}
+			hdr := map[string]string{GroupByKey: "KEY_ID", GroupByUser: "USER"}[tc.groupBy]
+			if !strings.HasPrefix(b.String(), "TENANT  "+hdr) {
+				t.Fatalf("table header: %q", strings.SplitN(b.String(), "\n", 2)[0])
+			}
 		})
 	}
 }
