@@ -1,0 +1,64 @@
+// Package admin is ctxproxy's operator API under /admin: who may call it
+// (the admin token for every tenant, a tenant's operator token for its own)
+// and the routes (/admin/report, /admin/keys). What the routes act on lives
+// in the packages that own it (tokens, keys); this package only speaks HTTP.
+package admin
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"net/http"
+	"strings"
+)
+
+// Principal is who an operator request comes from.
+type Principal struct {
+	Tenant string // "" : every tenant (the admin token)
+	Name   string // for audit: "admin", or the operator token's name
+}
+
+// May says whether p may act on tenant's resources.
+func (p Principal) May(tenant string) bool { return p.Tenant == "" || p.Tenant == tenant }
+
+// Auth authorises operator requests.
+type Auth struct {
+	// AdminToken may do everything; "" disables it.
+	AdminToken string
+	// Operator finds a tenant's operator token (e.g. listed by its sha256 in
+	// the tenant's policy); nil when there are none.
+	Operator func(token string) (Principal, bool)
+}
+
+// enabled says whether any token can authorise: without one, /admin answers
+// 404, so no endpoint is ever open by omission.
+func (a Auth) enabled() bool { return a.AdminToken != "" || a.Operator != nil }
+
+// Authorize finds the principal of r from its token: Authorization: Bearer,
+// x-admin-token, or x-api-key (so an SDK given the token as its API key works).
+func (a Auth) Authorize(r *http.Request) (Principal, bool) {
+	tok := tokenFrom(r)
+	if tok == "" {
+		return Principal{}, false
+	}
+	if a.AdminToken != "" {
+		// Hashing equalises lengths for the constant-time compare.
+		got, want := sha256.Sum256([]byte(tok)), sha256.Sum256([]byte(a.AdminToken))
+		if subtle.ConstantTimeCompare(got[:], want[:]) == 1 {
+			return Principal{Name: "admin"}, true
+		}
+	}
+	if a.Operator != nil {
+		return a.Operator(tok)
+	}
+	return Principal{}, false
+}
+
+func tokenFrom(r *http.Request) string {
+	if s, tok, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(s, "Bearer") {
+		return strings.TrimSpace(tok)
+	}
+	if t := r.Header.Get("X-Admin-Token"); t != "" {
+		return t
+	}
+	return r.Header.Get("X-Api-Key")
+}
