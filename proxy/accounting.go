@@ -33,6 +33,8 @@ func (x *exchange) record(resp *http.Response, u tokens.Usage, edits []tokens.Ap
 	c := tokens.Call{
 		Time:      time.Now(),
 		Tenant:    x.tenantLabel(),
+		KeyID:     x.req.keyID,
+		User:      x.req.user,
 		Model:     x.req.model,
 		RequestID: resp.Header.Get("Request-Id"),
 		Stream:    x.req.stream,

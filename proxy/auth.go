@@ -2,43 +2,94 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"net/http"
 
+	"go.uber.org/zap"
+
+	"github.com/ctxproxy/ctxproxy/keys"
 	"github.com/ctxproxy/ctxproxy/policy"
 )
+
+// KeyVerifier checks ctxproxy's own keys (a *keys.Keyring).
+type KeyVerifier interface {
+	Verify(ctx context.Context, secret string) (keys.Key, error)
+}
 
 // caller is who sent a request, as its credential says.
 type caller struct {
 	pol   *policy.Policy // nil: no policy applies
 	known bool           // the credential matched a tenant (not the default)
 	keyID string         // first 8 hex of the presented key's sha256; "" without a key
+	user  string         // the user a ctxproxy key was minted for
 	// upstreamKey is the tenant's own Anthropic key, sent upstream in place of
 	// the client's credential; "" forwards the client's credential as it came.
 	upstreamKey string
 }
 
-// authenticate finds the caller of a request with header h.
-func (s *Server) authenticate(_ context.Context, h http.Header) caller {
-	key := apiKey(h)
-	pol, known := s.cfg.Policies.Current().Lookup(key)
-	c := caller{pol: pol, known: known, keyID: keyID(key)}
-	if known {
-		c.upstreamKey, _ = pol.UpstreamKey()
-	}
-	return c
+// authFailure is a refused credential: the status and message the client
+// gets. Nothing of the request reaches the upstream.
+type authFailure struct {
+	status int
+	typ    string
+	msg    string
 }
 
-// credentialKey carries the tenant's upstream key from the passthrough's
-// authentication to its Rewrite and ModifyResponse.
-type credentialKey struct{}
+// authenticate finds the caller of a request with header h. A ctxproxy key
+// (sk-ctx-…) must be live and its tenant must hold its own Anthropic key;
+// it never falls through to the default tenant. Any other key is looked up
+// in the policies' api_keys_sha256, as before ctxproxy keys existed.
+func (s *Server) authenticate(ctx context.Context, h http.Header) (caller, *authFailure) {
+	key := apiKey(h)
+	c := caller{keyID: keyID(key)}
+	if keys.IsKey(key) {
+		return s.authenticateKey(ctx, key, c)
+	}
+	c.pol, c.known = s.cfg.Policies.Current().Lookup(key)
+	if c.known {
+		c.upstreamKey, _ = c.pol.UpstreamKey()
+	}
+	return c, nil
+}
+
+func (s *Server) authenticateKey(ctx context.Context, key string, c caller) (caller, *authFailure) {
+	if s.cfg.Keys == nil {
+		return c, &authFailure{http.StatusUnauthorized, "authentication_error", keys.ErrUnknown.Error()}
+	}
+	k, err := s.cfg.Keys.Verify(ctx, key)
+	switch {
+	case errors.Is(err, keys.ErrUnknown), errors.Is(err, keys.ErrRevoked), errors.Is(err, keys.ErrExpired):
+		return c, &authFailure{http.StatusUnauthorized, "authentication_error", err.Error()}
+	case err != nil:
+		s.log.Error("ctxproxy key check failed", zap.String("key", c.keyID), zap.Error(err))
+		return c, &authFailure{http.StatusServiceUnavailable, "api_error", "the key store is unavailable; try again"}
+	}
+	pol := s.cfg.Policies.Current().Tenant(k.Tenant)
+	upKey, ok := pol.UpstreamKey()
+	if !ok {
+		// The tenant was removed, or lost its key, after the key was minted.
+		s.log.Warn("ctxproxy key of a tenant without an upstream key", zap.String("tenant", k.Tenant), zap.String("key", c.keyID))
+		return c, &authFailure{http.StatusUnauthorized, "authentication_error", "this ctxproxy key cannot be used: its tenant holds no Anthropic key"}
+	}
+	c.pol, c.known, c.user, c.upstreamKey = pol, true, k.User, upKey
+	return c, nil
+}
+
+// callerKey carries the caller from the passthrough's authentication to its
+// Rewrite and ModifyResponse.
+type callerKey struct{}
 
 // authPassthrough authenticates a passthrough request like a Messages one
-// and hands the tenant's key, if any, to the reverse proxy in next.
+// and hands the caller to the reverse proxy in next.
 func (s *Server) authPassthrough(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c := s.authenticate(r.Context(), r.Header)
+		c, fail := s.authenticate(r.Context(), r.Header)
+		if fail != nil {
+			writeError(w, fail.status, fail.typ, fail.msg)
+			return
+		}
 		if c.upstreamKey != "" {
-			r = r.WithContext(context.WithValue(r.Context(), credentialKey{}, c.upstreamKey))
+			r = r.WithContext(context.WithValue(r.Context(), callerKey{}, c.upstreamKey))
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -46,6 +97,6 @@ func (s *Server) authPassthrough(next http.Handler) http.Handler {
 
 // passthroughKey is the tenant key authPassthrough found for r, or "".
 func passthroughKey(r *http.Request) string {
-	k, _ := r.Context().Value(credentialKey{}).(string)
+	k, _ := r.Context().Value(callerKey{}).(string)
 	return k
 }

@@ -42,6 +42,7 @@ type request struct {
 	pol    *policy.Policy // nil: no policy applies; forwarded untouched
 	tenant string
 	keyID  string
+	user   string // of a ctxproxy key
 	// upstreamKey is the tenant's own Anthropic key, sent in place of the
 	// client's credential and scrubbed from every reply; "" if none.
 	upstreamKey string
@@ -100,8 +101,12 @@ func (x *exchange) readAndRewrite(countTokens bool) bool {
 		x.fail(http.StatusBadRequest, "invalid_request_error", "could not read request body: "+err.Error())
 		return false
 	}
-	c := s.authenticate(r.Context(), r.Header)
-	q.keyID, q.upstreamKey = c.keyID, c.upstreamKey
+	c, refused := s.authenticate(r.Context(), r.Header)
+	if refused != nil {
+		x.fail(refused.status, refused.typ, refused.msg)
+		return false
+	}
+	q.keyID, q.user, q.upstreamKey = c.keyID, c.user, c.upstreamKey
 	pol, known := c.pol, c.known
 	if !known && s.cfg.RequireKnownTenant {
 		x.fail(http.StatusUnauthorized, "authentication_error", "the API key matches no ctxproxy tenant")

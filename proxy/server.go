@@ -33,7 +33,8 @@ type Config struct {
 	Recorder           *tokens.Recorder // nil: no accounting
 	Metrics            *tokens.Metrics  // nil: no /metrics
 	Tracer             *tracing.Tracer  // nil: no traces
-	Report             http.Handler     // /admin/report; nil: disabled
+	Admin              http.Handler     // the operator API under /admin/ (package admin); nil: disabled
+	Keys               KeyVerifier      // ctxproxy's own keys; nil: every sk-ctx- key is unknown
 	Log                *zap.Logger
 	MaxBody            int64         // request body limit; default 32 MiB
 	RequireKnownTenant bool          // answer 401 to clients that match no tenant
@@ -123,10 +124,10 @@ func (s *Server) routes(rt http.RoundTripper) *mux.Router {
 	if s.cfg.Metrics != nil {
 		r.Handle("/metrics", s.cfg.Metrics.Handler()).Methods(http.MethodGet)
 	}
-	if s.cfg.Report != nil {
-		r.Handle("/admin/report", s.cfg.Report)
+	if s.cfg.Admin != nil {
+		r.PathPrefix("/admin/").Handler(s.cfg.Admin)
 	} else {
-		r.HandleFunc("/admin/report", func(w http.ResponseWriter, _ *http.Request) {
+		r.PathPrefix("/admin/").HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			writeError(w, http.StatusNotFound, "not_found_error", "the admin endpoints are disabled; start ctxproxy with --admin-token to enable them")
 		})
 	}
