@@ -46,7 +46,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	tenant := fs.String("tenant", "", "only this tenant")
 	since := fs.String("since", "", "from this time (RFC 3339 or YYYY-MM-DD)")
 	until := fs.String("until", "", "up to this time (RFC 3339 or YYYY-MM-DD)")
-	groupBy := fs.String("group-by", "model", "model or day")
+	groupBy := fs.String("group-by", "model", "model, day, key (key id) or user")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
 	if err := fs.Parse(args); err != nil {
 		return 2

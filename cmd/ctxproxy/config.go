@@ -61,6 +61,7 @@ Commands:
   migrate    apply the PostgreSQL schemas of --memory-store and --ledger, then exit
   validate   check the policy files
   report     print the cost report from the ledger
+  keys       create, list, revoke or rotate ctxproxy keys (sk-ctx-…) of a running ctxproxy
   demo       run a scripted agent session against a fake Anthropic API
   version    print the version
 

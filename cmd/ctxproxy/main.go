@@ -46,6 +46,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 			return runValidate(args[1:], stdout, stderr, getenv)
 		case "report":
 			return runReport(ctx, args[1:], stdout, stderr, getenv)
+		case "keys":
+			return runKeys(ctx, args[1:], stdout, stderr, getenv)
 		case "demo":
 			return runDemo(ctx, args[1:], stdout, stderr, getenv)
 		case "serve":
@@ -140,8 +142,11 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 			log.Error("flush ledger", zap.Error(err))
 		}
 	}()
-	// Without --admin-token the handler answers 404: disabled, not open.
-	report := tokens.ReportHandler(ledger, cfg.AdminToken, tokens.WithLogger(log))
+	ring, stopKeys, err := openKeyring(ctx, cfg, log)
+	if err != nil {
+		return fmt.Errorf("open key store: %w", err)
+	}
+	defer stopKeys()
 
 	tracer, stopTracer, err := startTracing(ctx, log, lifecycle)
 	if err != nil {
@@ -156,7 +161,8 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		Recorder:           rec,
 		Metrics:            metrics,
 		Tracer:             tracer,
-		Report:             report,
+		Admin:              adminHandler(cfg, ledger, ring, pols, log),
+		Keys:               ring,
 		Log:                log,
 		MaxBody:            cfg.MaxBody,
 		RequireKnownTenant: cfg.RequireKnownTenant,

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ctxproxy/ctxproxy/internal/pgmigrate"
+	"github.com/ctxproxy/ctxproxy/keys"
 	"github.com/ctxproxy/ctxproxy/memoryhook/pgstore"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
@@ -27,7 +28,7 @@ var migrateTargets = []struct {
 	flag    string
 	schemas []pgmigrate.Schema
 }{
-	{"memory-store", pgstore.Schemas},
+	{"memory-store", append(append([]pgmigrate.Schema(nil), pgstore.Schemas...), keys.PGSchemas...)}, // the keys live with the memory
 	{"ledger", tokens.PGSchemas},
 }
 

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ctxproxy/ctxproxy/admin"
+	"github.com/ctxproxy/ctxproxy/keys"
+	"github.com/ctxproxy/ctxproxy/policy"
+	"github.com/ctxproxy/ctxproxy/tokens"
+)
+
+// openKeyring opens the store of ctxproxy's own keys: the memory store's
+// PostgreSQL database when it has one (every replica sees the same keys),
+// else keys.json in the data folder (the parent of --memory-dir). stop ends
+// the last-use writer and closes the store.
+func openKeyring(ctx context.Context, cfg *config, log *zap.Logger) (_ *keys.Keyring, stop func(), err error) {
+	var store keys.Store
+	if spec := cfg.MemoryStore; strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://") {
+		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if store, err = keys.OpenPGStore(octx, spec); err != nil {
+			return nil, nil, err
+		}
+		log.Info("key store: PostgreSQL")
+	} else {
+		dir := filepath.Dir(filepath.Clean(cfg.MemoryDir))
+		if store, err = keys.OpenFileStore(dir); err != nil {
+			return nil, nil, err
+		}
+		log.Info("key store: file", zap.String("file", keys.FileName))
+	}
+	ring := keys.NewKeyring(store)
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ring.Run(runCtx)
+	}()
+	return ring, func() {
+		cancel()
+		<-done
+		store.Close()
+	}, nil
+}
+
+// adminHandler is the operator API: /admin/report and /admin/keys, under
+// --admin-token (without it, 404).
+func adminHandler(cfg *config, ledger tokens.Ledger, ring *keys.Keyring, pols *policy.Store, log *zap.Logger) http.Handler {
+	return admin.New(admin.Config{
+		Auth:   admin.Auth{AdminToken: cfg.AdminToken},
+		Report: tokens.NewReportHandler(ledger, tokens.WithLogger(log)),
+		Keys:   ring,
+		Tenant: func(name string) (bool, bool) {
+			p := pols.Current().Tenant(name)
+			_, own := p.UpstreamKey()
+			return p != nil, own
+		},
+		Log: log,
+	})
+}
