@@ -50,10 +50,17 @@ func openKeyring(ctx context.Context, cfg *config, log *zap.Logger) (_ *keys.Key
 }
 
 // adminHandler is the operator API: /admin/report and /admin/keys, under
-// --admin-token (without it, 404).
+// --admin-token (every tenant) or a tenant's operator token
+// (operator_tokens_sha256, its own tenant only).
 func adminHandler(cfg *config, ledger tokens.Ledger, ring *keys.Keyring, pols *policy.Store, log *zap.Logger) http.Handler {
 	return admin.New(admin.Config{
-		Auth:   admin.Auth{AdminToken: cfg.AdminToken},
+		Auth: admin.Auth{AdminToken: cfg.AdminToken, Operator: func(token string) (admin.Principal, bool) {
+			p, name, ok := pols.Current().OperatorToken(token)
+			if !ok {
+				return admin.Principal{}, false
+			}
+			return admin.Principal{Tenant: p.Tenant, Name: name}, true
+		}},
 		Report: tokens.NewReportHandler(ledger, tokens.WithLogger(log)),
 		Keys:   ring,
 		Tenant: func(name string) (bool, bool) {
