@@ -12,11 +12,13 @@ import (
 	"strings"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/zap"
 
 	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/ctxproxy/ctxproxy/policy"
+	"github.com/ctxproxy/ctxproxy/tracing"
 )
 
 // discardWriter is a client that reads everything at once: it counts bytes
@@ -142,7 +144,9 @@ func (u *memoryUpstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	}, nil
 }
 
-func newBenchServer(b *testing.B) *Server {
+func newBenchServer(b *testing.B) *Server { return newBenchServerTraced(b, nil) }
+
+func newBenchServerTraced(b *testing.B, tr *tracing.Tracer) *Server {
 	b.Helper()
 	mem, err := memoryhook.NewFileStore(b.TempDir())
 	if err != nil {
@@ -155,7 +159,7 @@ func newBenchServer(b *testing.B) *Server {
 		memStream: benchMemoryCallStream(),
 	}
 	u, _ := url.Parse("http://upstream.invalid")
-	s, err := New(Config{Upstream: u, Policies: benchPolicyStore(b), Memory: mem, Transport: up})
+	s, err := New(Config{Upstream: u, Policies: benchPolicyStore(b), Memory: mem, Transport: up, Tracer: tr})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -201,8 +205,25 @@ func benchLargeBody() []byte {
 // BenchmarkServe is one request through Server.ServeHTTP with an in-memory
 // upstream: the whole per-request cost of the proxy (routing, tenant lookup,
 // rewrite, upstream request, reply relay, accounting), without the network.
-func BenchmarkServe(b *testing.B) {
-	s := newBenchServer(b)
+func BenchmarkServe(b *testing.B) { benchServe(b, newBenchServer(b), nil) }
+
+// BenchmarkServeTraced is BenchmarkServe with traces on, every span sampled
+// and batched to an exporter that drops them: what tracing costs the proxy
+// itself (compare with BenchmarkServe, which has tracing off).
+func BenchmarkServeTraced(b *testing.B) {
+	tr := tracing.WithExporter(discardExporter{})
+	b.Cleanup(func() { tr.Shutdown(context.Background()) })
+	benchServe(b, newBenchServerTraced(b, tr), func(h http.Header) {
+		h.Set("Traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	})
+}
+
+type discardExporter struct{}
+
+func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardExporter) Shutdown(context.Context) error                             { return nil }
+
+func benchServe(b *testing.B, s *Server, header func(http.Header)) {
 	small, large, stream := benchSmallBody(false), benchLargeBody(), benchSmallBody(true)
 	cases := []struct {
 		name string
@@ -229,6 +250,9 @@ func BenchmarkServe(b *testing.B) {
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("Anthropic-Version", "2023-06-01")
 				req.Header.Set("X-Api-Key", tc.key)
+				if header != nil {
+					header(req.Header)
+				}
 				w := &discardWriter{}
 				s.ServeHTTP(w, req)
 				if w.n == 0 {

@@ -75,6 +75,16 @@ func FromEnv(ctx context.Context, getenv Getenv, version string) (*Tracer, error
 		// resource.Default names an unnamed service "unknown_service:<binary>".
 		res, _ = resource.Merge(res, resource.NewSchemaless(attribute.String("service.name", "ctxproxy")))
 	}
+	return newTracer(exp, res), nil
+}
+
+// WithExporter is a tracer that batches its spans to exp (benchmarks and
+// tests that measure the tracing itself, not an exporter).
+func WithExporter(exp sdktrace.SpanExporter) *Tracer {
+	return newTracer(exp, resource.Default())
+}
+
+func newTracer(exp sdktrace.SpanExporter, res *resource.Resource) *Tracer {
 	// The sampler comes from OTEL_TRACES_SAMPLER (the SDK reads it), default
 	// parentbased_always_on: an agent's own sampled trace continues here.
 	tp := sdktrace.NewTracerProvider(
@@ -85,7 +95,7 @@ func FromEnv(ctx context.Context, getenv Getenv, version string) (*Tracer, error
 		tp:   tp,
 		t:    tp.Tracer("github.com/ctxproxy/ctxproxy"),
 		prop: propagation.TraceContext{},
-	}, nil
+	}
 }
 
 // newExporter picks OTLP/HTTP protobuf or gRPC by OTEL_EXPORTER_OTLP_PROTOCOL
