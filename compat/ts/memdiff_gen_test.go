@@ -50,6 +50,8 @@ func (g *gen) next() []byte {
 	var in map[string]any
 	for in == nil {
 		switch n := g.r.IntN(100); {
+		case n < 4:
+			in = g.malformed()
 		case n < 20:
 			in = g.view()
 		case n < 42:
@@ -69,6 +71,26 @@ func (g *gen) next() []byte {
 		panic(err)
 	}
 	return b
+}
+
+// malformed is a command with a required field missing or of the wrong
+// type, or an unknown command: ones on which the SDK fails in JavaScript
+// without writing (not a create without file_text, an insert without
+// insert_line or a str_replace without new_str: the SDK writes for those).
+func (g *gen) malformed() map[string]any {
+	ins := []map[string]any{
+		{"command": "view"},
+		{"command": "view", "path": 7},
+		{"command": "delete"},
+		{"command": "delete", "path": []string{g.path()}},
+		{"command": "str_replace", "old_str": "x", "new_str": "y"},
+		{"command": "str_replace", "path": g.path(), "new_str": "y"},
+		{"command": "insert", "path": g.path(), "insert_line": 0},
+		{"command": "rename", "old_path": g.path()},
+		{"command": "rename", "new_path": g.path()},
+		{"command": g.pick([]string{"list", "View", "move", "append"}), "path": g.path()},
+	}
+	return ins[g.r.IntN(len(ins))]
 }
 
 // path is an existing entry most of the time, else a new path 1–3 names

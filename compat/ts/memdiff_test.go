@@ -33,8 +33,9 @@ var (
 // it) and through ctxproxy's memoryhook over the file store and the
 // PostgreSQL store, one command at a time. Every result must be the SDK's
 // character for character, except where the SDK answers with a raw Node.js
-// error (`Error: ENOTDIR: …, '<host path>'`), where ctxproxy must refuse
-// too, in its own sentence. After every command the SDK's tree and the file
+// error (`Error: ENOTDIR: …, '<host path>'`) or is given a malformed input
+// (a field missing or of the wrong type, an unknown command), where ctxproxy
+// must refuse too, in its own sentence, writing nothing. After every command the SDK's tree and the file
 // store's tree must hold the same files with the same bytes, and the
 // PostgreSQL store must answer exactly as the file store does.
 //
@@ -69,13 +70,18 @@ func TestMemoryMatchesTheSDKHelper(t *testing.T) {
 			total.add(st)
 		})
 	}
-	t.Logf("%d calls per store; %d equal, %d where the SDK leaks a raw OS error and ctxproxy refuses in its own words",
-		total.calls, total.equal, total.rawOS)
+	t.Logf("%d calls per store: %d answered alike; ctxproxy refused in its own words %d where the SDK leaked a raw OS error and %d malformed inputs",
+		total.calls, total.equal, total.rawOS, total.malformed)
 }
 
-type diffStats struct{ calls, equal, rawOS int }
+type diffStats struct{ calls, equal, rawOS, malformed int }
 
-func (s *diffStats) add(o diffStats) { s.calls += o.calls; s.equal += o.equal; s.rawOS += o.rawOS }
+func (s *diffStats) add(o diffStats) {
+	s.calls += o.calls
+	s.equal += o.equal
+	s.rawOS += o.rawOS
+	s.malformed += o.malformed
+}
 
 // runSeed runs one seeded sequence against fresh stores.
 func runSeed(ctx context.Context, t *testing.T, node string, pg memoryhook.Store, seed int64) diffStats {
@@ -108,6 +114,8 @@ func runSeed(ctx context.Context, t *testing.T, node string, pg memoryhook.Store
 			st.equal++
 		case rawOSError.MatchString(want.Content) && want.IsError && got.IsError && !got.Unavailable:
 			st.rawOS++
+		case inputError.MatchString(got.Content) && want.IsError && !got.Wrote:
+			st.malformed++
 		default:
 			fail("%s\nSDK:      %q (is_error %v)\nctxproxy: %q (is_error %v)", in, want.Content, want.IsError, got.Content, got.IsError)
 		}
@@ -124,6 +132,11 @@ func runSeed(ctx context.Context, t *testing.T, node string, pg memoryhook.Store
 // rawOSError is how Node.js words a system error the SDK passes on as is,
 // host path included: `ENOTDIR: not a directory, stat '/tmp/…'`.
 var rawOSError = regexp.MustCompile(`^Error: E[A-Z]+: `)
+
+// inputError is ctxproxy's refusal of a malformed input, given before the
+// store is asked: the SDK fails too, in JavaScript (`Cannot read properties
+// of undefined`), or later, on what the path is (`does not exist`).
+var inputError = regexp.MustCompile("^Error: (Missing required parameter `|Parameter `[a-z_]+` of command `[a-z_]+` must be |unknown memory command )")
 
 // dirSizesMasked masks the sizes of directories in a listing: the file
 // store prints st_size, the PostgreSQL store 4K.
