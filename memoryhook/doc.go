@@ -34,7 +34,11 @@
 //     writes can never together pass a limit. Usage counts file bytes and
 //     entries (files and directories, the root not counted).
 //   - The order of checks in Create and Rename is part of the contract (it
-//     decides which error the model sees); follow the Backend docs.
+//     decides which error the model sees); follow the Backend docs. Rename
+//     must refuse, with CheckMove, a move that would carry a path below it
+//     past MaxPathDepth or MaxPathBytes, before it changes anything.
+//   - Nothing may cost more than linear time in what it touches, whatever
+//     the depth of the tree: no walk that resolves each path from the root.
 //   - Database errors become Unavailable("database unavailable", err) (or a
 //     better model-safe reason); Exec shows only the reason.
 //   - Every query is scoped by sc.Tenant; paths are Path.Rel() ("" = root).

@@ -77,7 +77,7 @@ func FuzzGuard(f *testing.F) {
 			return
 		}
 		c := p.String()
-		if !p.Valid() || p.Raw() != raw || len(raw) > memoryhook.MaxPathBytes || !utf8.ValidString(c) {
+		if !p.Valid() || p.Raw() != raw || len(raw) > memoryhook.MaxPathBytes || len(p.Elems()) > memoryhook.MaxPathDepth || !utf8.ValidString(c) {
 			t.Fatalf("ParsePath(%q) = %#v", raw, p)
 		}
 		if c != "/memories" && !strings.HasPrefix(c, "/memories/") || path.Clean(c) != c {

@@ -61,8 +61,10 @@ type Backend interface {
 	// Rename moves from (file or directory) to to, making missing parents
 	// of to. Checks, in order: ErrSymlink (on either path), ErrExist (to
 	// exists), ErrNotExist (from), *NotDirError (an ancestor of to is a
-	// file), Limits.CheckChange (new parents are entries). The caller has
-	// refused the root and a to inside from.
+	// file), CheckMove with the Extent of from's tree when from is a
+	// directory and Grows(from, to) (measured in time linear in the tree),
+	// Limits.CheckChange (new parents are entries). The caller has refused
+	// the root and a to inside from.
 	Rename(ctx context.Context, sc Scope, from, to Path) error
 	// Ready reports whether the storage can serve commands now.
 	Ready(ctx context.Context) error
