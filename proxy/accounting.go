@@ -16,7 +16,10 @@ type accounting struct {
 	calls   int           // upstream calls (a call's retries count once)
 	upDur   time.Duration // time spent waiting on the upstream
 	memCmds int           // memory commands run
-	usage   tokens.Usage  // summed over the calls
+	usage   tokens.Usage  // top-level usage summed over the calls
+	// iterations are the calls' usage.iterations in order (nil when none had
+	// any): a client handed several calls as one message gets them all.
+	iterations []tokens.Iteration
 }
 
 // called counts one upstream call.
@@ -27,20 +30,27 @@ func (a *accounting) called() { a.calls++ }
 func (a *accounting) waited(t0 time.Time) { a.upDur += time.Since(t0) }
 
 // record accounts one upstream call's usage and applied edits; meta is what
-// the reply said of itself (for the call's span).
-func (x *exchange) record(resp *http.Response, u tokens.Usage, edits []tokens.AppliedEdit, meta replyMeta) {
-	x.acct.usage.Add(u)
+// the reply said of itself (for the call's span). The ledger gets what the
+// call was billed for: every usage.iterations entry (the top-level usage
+// leaves out compaction), each priced at its own model.
+func (x *exchange) record(resp *http.Response, r tokens.Reply, meta replyMeta) {
+	x.acct.usage.Add(r.Usage)
+	if r.Iterations != nil {
+		x.acct.iterations = append(x.acct.iterations, r.Iterations...)
+	}
 	c := tokens.Call{
-		Time:      time.Now(),
-		Tenant:    x.tenantLabel(),
-		KeyID:     x.req.keyID,
-		User:      x.req.user,
-		Model:     x.req.model,
-		RequestID: resp.Header.Get("Request-Id"),
-		Stream:    x.req.stream,
-		Status:    resp.StatusCode,
-		Usage:     u,
-		Edits:     edits,
+		Time:        time.Now(),
+		Tenant:      x.tenantLabel(),
+		KeyID:       x.req.keyID,
+		User:        x.req.user,
+		Model:       x.req.model,
+		RequestID:   resp.Header.Get("Request-Id"),
+		Stream:      x.req.stream,
+		Status:      resp.StatusCode,
+		Usage:       r.Billed(),
+		Iterations:  r.Iterations,
+		ServiceTier: r.ServiceTier,
+		Edits:       r.Edits,
 	}
 	if rec := x.s.cfg.Recorder; rec != nil {
 		c = rec.Record(x.r.Context(), c)

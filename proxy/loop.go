@@ -227,6 +227,19 @@ func setUsage(b []byte, path string, u tokens.Usage) []byte {
 	return set(b, "cache_read_input_tokens", u.CacheReadInputTokens)
 }
 
+// setIterations writes the usage.iterations of every call into the usage
+// object at path, when any call had them.
+func setIterations(b []byte, path string, its []tokens.Iteration) []byte {
+	if its == nil {
+		return b
+	}
+	out, err := sjson.SetRawBytes(b, path+".iterations", tokens.AppendIterations(nil, its))
+	if err != nil {
+		return b
+	}
+	return out
+}
+
 // splitReply sorts a non-streamed reply's content into what the client may
 // see and the memory calls the proxy runs.
 func splitReply(reply []byte) (client [][]byte, calls []memCall, otherTools int) {
@@ -277,8 +290,7 @@ func (x *exchange) servePlain() {
 			x.writeReply(resp, reply)
 			return
 		}
-		u, edits := tokens.ParseMessage(reply)
-		x.record(resp, u, edits, x.plainMeta(reply))
+		x.record(resp, tokens.ParseReply(reply), x.plainMeta(reply))
 		var end roundEnd
 		var client [][]byte // the reply's blocks but its memory calls
 		if x.req.memory {
@@ -340,7 +352,7 @@ func (x *exchange) finishPlain(resp *http.Response, reply []byte, round int, sho
 			return true
 		})
 	}
-	out, err := sjson.SetRawBytes(reply, "content", joinArray(append(shown, last...)))
+	out, err := sjson.SetRawBytes(reply, "content", joinArray(compactionFirst(append(shown, last...))))
 	if err == nil && stop != "" {
 		out, err = sjson.SetBytes(out, "stop_reason", stop)
 	}
@@ -348,5 +360,29 @@ func (x *exchange) finishPlain(resp *http.Response, reply []byte, round int, sho
 		x.fail(http.StatusInternalServerError, "api_error", "build reply: "+err.Error())
 		return
 	}
-	x.writeReply(resp, setUsage(out, "usage", x.acct.usage))
+	x.writeReply(resp, setIterations(setUsage(out, "usage", x.acct.usage), "usage", x.acct.iterations))
+}
+
+// compactionFirst puts the last compaction block of the rounds first, where
+// the API puts it in one reply, and drops earlier ones: it summarizes them,
+// and a client sending the message back must not have an older summary
+// after it (the API takes the last compaction block as the state).
+func compactionFirst(blocks [][]byte) [][]byte {
+	last := -1
+	for i, b := range blocks {
+		if gjson.GetBytes(b, "type").Str == "compaction" {
+			last = i
+		}
+	}
+	if last <= 0 {
+		return blocks
+	}
+	out := make([][]byte, 0, len(blocks))
+	out = append(out, blocks[last])
+	for _, b := range blocks {
+		if gjson.GetBytes(b, "type").Str != "compaction" {
+			out = append(out, b)
+		}
+	}
+	return out
 }

@@ -74,8 +74,7 @@ func (x *exchange) streamRound(ctx context.Context, sw *streamWriter) (*round, u
 	err = rd.relay(newSSEReader(up.ir), sw)
 	up.complete = rd.done
 	x.acct.waited(t0)
-	u, edits := rd.meter.Result()
-	x.record(resp, u, edits, replyMeta{id: rd.id, model: rd.model, stopReason: rd.stopReason})
+	x.record(resp, rd.meter.Reply(), replyMeta{id: rd.id, model: rd.model, stopReason: rd.stopReason})
 	if ev, over := x.roundFailure(ctx, sw, up.ir, rd, err); over {
 		up.release()
 		sw.send(ev)
@@ -159,7 +158,7 @@ func (x *exchange) endStream(sw *streamWriter, rd *round, round int, stop string
 	if round == 0 && !rd.withheld && stop == "" {
 		sw.send(appendSSE(nil, "message_delta", rd.delta))
 	} else {
-		d := setUsage(rd.delta, "usage", x.acct.usage)
+		d := setIterations(setUsage(rd.delta, "usage", x.acct.usage), "usage", x.acct.iterations)
 		if stop != "" {
 			if o, err := sjson.SetBytes(d, "delta.stop_reason", stop); err == nil {
 				d = o

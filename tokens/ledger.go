@@ -14,20 +14,28 @@ import (
 
 // Call is one upstream Messages call: what the ledger records and reports sum.
 type Call struct {
-	Time         time.Time
-	Tenant       string
-	KeyID        string // first 8 hex of the sha256 of the key the client presented
-	User         string // the user of a ctxproxy key ("" for other keys)
-	Model        string
-	RequestID    string // upstream request-id header
-	MessageID    string // msg_… id of the reply, when there was one
-	Stream       bool
-	Status       int // upstream HTTP status
-	Usage        Usage
-	Edits        []AppliedEdit
-	Cost         Money // filled by Prices.Price
-	Savings      Money // filled by Prices.Price
-	PriceUnknown bool  // the model has no price: Cost and Savings are 0 but unknown
+	Time      time.Time
+	Tenant    string
+	KeyID     string // first 8 hex of the sha256 of the key the client presented
+	User      string // the user of a ctxproxy key ("" for other keys)
+	Model     string
+	RequestID string // upstream request-id header
+	MessageID string // msg_… id of the reply, when there was one
+	Stream    bool
+	Status    int // upstream HTTP status
+	// Usage is what the call was billed for: the sum of its iterations when the reply had
+	// usage.iterations (Reply.Billed), else the top-level usage.
+	Usage       Usage
+	Iterations  []Iteration // usage.iterations; nil when the reply had none
+	ServiceTier string      // usage.service_tier
+	Edits       []AppliedEdit
+	Cost        Money         // the call's total, every iteration included; filled by Prices.Price
+	Breakdown   CostBreakdown // how Cost is made; filled by Prices.Price
+	Savings     Money         // filled by Prices.Price
+	// Compactions counts the compaction iterations, CompactionCost their cost (part of Cost).
+	Compactions    int64
+	CompactionCost Money
+	PriceUnknown   bool // the model has no price: Cost and Savings are 0 but unknown
 }
 
 // ClearedInputTokens sums cleared input tokens over the call's applied edits.
@@ -112,6 +120,32 @@ type record struct {
 	CostUSD      Money             `json:"cost_usd"`
 	SavingsUSD   Money             `json:"savings_usd"`
 	PriceUnknown bool              `json:"price_unknown"`
+
+	// The breakdown of cost_usd (issue 15): written only when there is one.
+	ServiceTier       string            `json:"service_tier,omitempty"`
+	Iterations        []iterationRecord `json:"iterations,omitempty"`
+	CostBreakdown     *breakdownRecord  `json:"cost_breakdown,omitempty"`
+	Compactions       int64             `json:"compactions,omitempty"`
+	CompactionCostUSD Money             `json:"compaction_cost_usd,omitempty"`
+}
+
+// iterationRecord is one usage.iterations entry of a ledger line, with its cost.
+type iterationRecord struct {
+	Type    string `json:"type"`
+	Model   string `json:"model,omitempty"`
+	Usage   Usage  `json:"usage"`
+	CostUSD Money  `json:"cost_usd"`
+}
+
+// breakdownRecord is CostBreakdown in a ledger line.
+type breakdownRecord struct {
+	Input         Money `json:"input_usd"`
+	Output        Money `json:"output_usd"`
+	CacheWrite5m  Money `json:"cache_write_5m_usd"`
+	CacheWrite1h  Money `json:"cache_write_1h_usd"`
+	CacheRead     Money `json:"cache_read_usd"`
+	WebSearch     Money `json:"web_search_usd"`
+	BatchDiscount Money `json:"batch_discount_usd"`
 }
 
 // MarshalJSON renders one edit the way the API does; unknown types as their raw JSON.
@@ -221,6 +255,9 @@ func AppendCall(b []byte, c *Call) []byte {
 	if c.Usage.CacheCreation1hInputTokens != 0 {
 		num("cache_creation_1h_input_tokens", c.Usage.CacheCreation1hInputTokens)
 	}
+	if c.Usage.WebSearchRequests != 0 {
+		num("web_search_requests", c.Usage.WebSearchRequests)
+	}
 	b = append(b, `},"applied_edits":`...)
 	b = appendEdits(b, c.Edits)
 	num("cleared_input_tokens", c.ClearedInputTokens())
@@ -229,7 +266,110 @@ func AppendCall(b []byte, c *Call) []byte {
 	b = append(b, `,"savings_usd":`...)
 	b = c.Savings.appendDecimal(b, -1)
 	flag("price_unknown", c.PriceUnknown)
+	if c.ServiceTier != "" {
+		str("service_tier", c.ServiceTier)
+	}
+	if len(c.Iterations) > 0 {
+		b = append(b, `,"iterations":`...)
+		b = appendIterations(b, c.Iterations)
+	}
+	if c.Breakdown != (CostBreakdown{}) {
+		b = append(b, `,"cost_breakdown":`...)
+		b = appendBreakdown(b, c.Breakdown)
+	}
+	if c.Compactions != 0 {
+		num("compactions", c.Compactions)
+	}
+	if c.CompactionCost != 0 {
+		b = append(b, `,"compaction_cost_usd":`...)
+		b = c.CompactionCost.appendDecimal(b, -1)
+	}
 	return append(b, '}')
+}
+
+// appendUsage appends u as the API writes it (the 1h and web search parts when non-zero).
+func appendUsage(b []byte, u Usage) []byte {
+	b = append(b, `{"input_tokens":`...)
+	b = strconv.AppendInt(b, u.InputTokens, 10)
+	b = append(b, `,"output_tokens":`...)
+	b = strconv.AppendInt(b, u.OutputTokens, 10)
+	b = append(b, `,"cache_creation_input_tokens":`...)
+	b = strconv.AppendInt(b, u.CacheCreationInputTokens, 10)
+	b = append(b, `,"cache_read_input_tokens":`...)
+	b = strconv.AppendInt(b, u.CacheReadInputTokens, 10)
+	if u.CacheCreation1hInputTokens != 0 {
+		b = append(b, `,"cache_creation_1h_input_tokens":`...)
+		b = strconv.AppendInt(b, u.CacheCreation1hInputTokens, 10)
+	}
+	if u.WebSearchRequests != 0 {
+		b = append(b, `,"web_search_requests":`...)
+		b = strconv.AppendInt(b, u.WebSearchRequests, 10)
+	}
+	return append(b, '}')
+}
+
+// appendIterations appends the iterations with their costs as a JSON array.
+func appendIterations(b []byte, its []Iteration) []byte {
+	b = append(b, '[')
+	for i, it := range its {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"type":`...)
+		b = jsonstr.Append(b, it.Type)
+		if it.Model != "" {
+			b = append(b, `,"model":`...)
+			b = jsonstr.Append(b, it.Model)
+		}
+		b = append(b, `,"usage":`...)
+		b = appendUsage(b, it.Usage)
+		b = append(b, `,"cost_usd":`...)
+		b = it.Cost.appendDecimal(b, -1)
+		b = append(b, '}')
+	}
+	return append(b, ']')
+}
+
+// appendBreakdown appends a cost breakdown as a JSON object.
+func appendBreakdown(b []byte, c CostBreakdown) []byte {
+	parts := [...]struct {
+		name string
+		v    Money
+	}{{"input_usd", c.Input}, {"output_usd", c.Output}, {"cache_write_5m_usd", c.CacheWrite5m},
+		{"cache_write_1h_usd", c.CacheWrite1h}, {"cache_read_usd", c.CacheRead}, {"web_search_usd", c.WebSearch},
+		{"batch_discount_usd", c.BatchDiscount}}
+	for i, p := range parts {
+		if i == 0 {
+			b = append(b, '{')
+		} else {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, p.name...)
+		b = append(b, `":`...)
+		b = p.v.appendDecimal(b, -1)
+	}
+	return append(b, '}')
+}
+
+// breakdownFromRecord and iterationsFromRecord read the breakdown of a ledger line back.
+func breakdownFromRecord(r *breakdownRecord) CostBreakdown {
+	if r == nil {
+		return CostBreakdown{}
+	}
+	return CostBreakdown{Input: r.Input, Output: r.Output, CacheWrite5m: r.CacheWrite5m, CacheWrite1h: r.CacheWrite1h,
+		CacheRead: r.CacheRead, WebSearch: r.WebSearch, BatchDiscount: r.BatchDiscount}
+}
+
+func iterationsFromRecord(rs []iterationRecord) []Iteration {
+	if rs == nil {
+		return nil
+	}
+	out := make([]Iteration, len(rs))
+	for i, r := range rs {
+		out[i] = Iteration{Type: r.Type, Model: r.Model, Usage: r.Usage, Cost: r.CostUSD}
+	}
+	return out
 }
 
 // UnmarshalCall reads one ledger JSON line.
@@ -249,6 +389,8 @@ func UnmarshalCall(line []byte) (Call, error) {
 		Time: t, Tenant: r.Tenant, KeyID: r.KeyID, User: r.User, Model: r.Model, RequestID: r.RequestID, MessageID: r.MessageID,
 		Stream: r.Stream, Status: r.Status, Usage: r.Usage,
 		Cost: r.CostUSD, Savings: r.SavingsUSD, PriceUnknown: r.PriceUnknown,
+		ServiceTier: r.ServiceTier, Iterations: iterationsFromRecord(r.Iterations), Breakdown: breakdownFromRecord(r.CostBreakdown),
+		Compactions: r.Compactions, CompactionCost: r.CompactionCostUSD,
 	}
 	for _, raw := range r.AppliedEdits {
 		var e AppliedEdit

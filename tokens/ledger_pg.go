@@ -54,6 +54,15 @@ var PGSchema = pgmigrate.Schema{Name: "ledger", Versions: [][]string{
 		// Attribution: the key's id (first 8 hex of its sha256) and, for a ctxproxy key, its user.
 		`ALTER TABLE ctxproxy_ledger ADD COLUMN key_id text NOT NULL DEFAULT '', ADD COLUMN user_name text NOT NULL DEFAULT ''`,
 	},
+	{ // 3: the cost breakdown of issue 15 (iterations, TTL cache writes, web search, batch tier, compaction)
+		`ALTER TABLE ctxproxy_ledger
+			ADD COLUMN web_search_requests      bigint NOT NULL DEFAULT 0,
+			ADD COLUMN service_tier             text   NOT NULL DEFAULT '',
+			ADD COLUMN iterations               json,
+			ADD COLUMN cost_breakdown           json,
+			ADD COLUMN compactions              bigint NOT NULL DEFAULT 0,
+			ADD COLUMN compaction_cost_nano_usd bigint NOT NULL DEFAULT 0`,
+	},
 }}
 
 // OpenPGLedger connects to url (a pgx connection string; search_path and other runtime
@@ -78,13 +87,24 @@ func OpenPGLedger(ctx context.Context, url string) (*PGLedger, error) {
 func (l *PGLedger) Append(ctx context.Context, c Call) error {
 	edits := appendEdits(nil, c.Edits)
 	u := c.Usage
+	var its, breakdown *string
+	if c.Iterations != nil {
+		s := string(appendIterations(nil, c.Iterations))
+		its = &s
+	}
+	if c.Breakdown != (CostBreakdown{}) {
+		s := string(appendBreakdown(nil, c.Breakdown))
+		breakdown = &s
+	}
 	_, err := l.pool.Exec(ctx, `INSERT INTO ctxproxy_ledger (time, tenant, model, request_id, message_id, stream, status,
 		input_tokens, output_tokens, cache_creation_input_tokens, cache_creation_1h_input_tokens, cache_read_input_tokens,
-		applied_edits, cleared_input_tokens, cost_nano_usd, savings_nano_usd, price_unknown, key_id, user_name)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19)`,
+		applied_edits, cleared_input_tokens, cost_nano_usd, savings_nano_usd, price_unknown, key_id, user_name,
+		web_search_requests, service_tier, iterations, cost_breakdown, compactions, compaction_cost_nano_usd)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25)`,
 		c.Time.UTC().Truncate(time.Microsecond), c.Tenant, c.Model, c.RequestID, c.MessageID, c.Stream, c.Status,
 		u.InputTokens, u.OutputTokens, u.CacheCreationInputTokens, u.CacheCreation1hInputTokens, u.CacheReadInputTokens,
-		string(edits), c.ClearedInputTokens(), int64(c.Cost), int64(c.Savings), c.PriceUnknown, c.KeyID, c.User)
+		string(edits), c.ClearedInputTokens(), int64(c.Cost), int64(c.Savings), c.PriceUnknown, c.KeyID, c.User,
+		u.WebSearchRequests, c.ServiceTier, its, breakdown, c.Compactions, int64(c.CompactionCost))
 	if err != nil {
 		return fmt.Errorf("ledger append: %w", err)
 	}
@@ -102,7 +122,8 @@ func (l *PGLedger) Query(ctx context.Context, f Filter) ([]Call, error) {
 	}
 	rows, err := l.pool.Query(ctx, `SELECT time, tenant, model, request_id, message_id, stream, status,
 		input_tokens, output_tokens, cache_creation_input_tokens, cache_creation_1h_input_tokens, cache_read_input_tokens,
-		applied_edits::text, cost_nano_usd, savings_nano_usd, price_unknown, key_id, user_name
+		applied_edits::text, cost_nano_usd, savings_nano_usd, price_unknown, key_id, user_name,
+		web_search_requests, service_tier, iterations::text, cost_breakdown::text, compactions, compaction_cost_nano_usd
 		FROM ctxproxy_ledger
 		WHERE ($1 = '' OR tenant = $1) AND ($2::timestamptz IS NULL OR time >= $2) AND ($3::timestamptz IS NULL OR time < $3)
 		ORDER BY id`, f.Tenant, since, until)
@@ -113,16 +134,22 @@ func (l *PGLedger) Query(ctx context.Context, f Filter) ([]Call, error) {
 	for rows.Next() {
 		var c Call
 		var edits string
-		var cost, savings int64
+		var its, breakdown *string
+		var cost, savings, compactionCost int64
 		u := &c.Usage
 		if err := rows.Scan(&c.Time, &c.Tenant, &c.Model, &c.RequestID, &c.MessageID, &c.Stream, &c.Status,
 			&u.InputTokens, &u.OutputTokens, &u.CacheCreationInputTokens, &u.CacheCreation1hInputTokens, &u.CacheReadInputTokens,
-			&edits, &cost, &savings, &c.PriceUnknown, &c.KeyID, &c.User); err != nil {
+			&edits, &cost, &savings, &c.PriceUnknown, &c.KeyID, &c.User,
+			&u.WebSearchRequests, &c.ServiceTier, &its, &breakdown, &c.Compactions, &compactionCost); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("query ledger: %w", err)
 		}
 		c.Time = c.Time.UTC()
-		c.Cost, c.Savings = Money(cost), Money(savings)
+		c.Cost, c.Savings, c.CompactionCost = Money(cost), Money(savings), Money(compactionCost)
+		if err := readBreakdown(&c, its, breakdown); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("query ledger: %w", err)
+		}
 		var raw []json.RawMessage
 		if err := json.Unmarshal([]byte(edits), &raw); err != nil {
 			rows.Close()
@@ -150,5 +177,27 @@ func (l *PGLedger) Ping(ctx context.Context) error { return l.pool.Ping(ctx) }
 // Close closes the pool.
 func (l *PGLedger) Close() error {
 	l.pool.Close()
+	return nil
+}
+
+// readBreakdown reads the iterations and cost breakdown columns (JSON as in a ledger line).
+func readBreakdown(c *Call, its, breakdown *string) error {
+	if its != nil {
+		var rs []iterationRecord
+		if err := json.Unmarshal([]byte(*its), &rs); err != nil {
+			return fmt.Errorf("iterations: %w", err)
+		}
+		c.Iterations = iterationsFromRecord(rs)
+		if c.Iterations == nil {
+			c.Iterations = []Iteration{}
+		}
+	}
+	if breakdown != nil {
+		var r breakdownRecord
+		if err := json.Unmarshal([]byte(*breakdown), &r); err != nil {
+			return fmt.Errorf("cost_breakdown: %w", err)
+		}
+		c.Breakdown = breakdownFromRecord(&r)
+	}
 	return nil
 }

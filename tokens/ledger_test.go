@@ -29,6 +29,15 @@ func sampleCalls() []Call {
 			Usage: Usage{InputTokens: 10, OutputTokens: 20, CacheCreationInputTokens: 300, CacheCreation1hInputTokens: 100},
 			Edits: []AppliedEdit{{Type: "compact_20260112", ClearedInputTokens: 9, Raw: `{"type":"compact_20260112","cleared_input_tokens":9,"note":"x"}`}}},
 		{Time: t0.Add(25 * time.Hour), Tenant: "beta", Model: "gpt-4o", RequestID: "req_3", Status: 529, PriceUnknown: true},
+		{Time: t0.Add(26 * time.Hour), Tenant: "beta", Model: "claude-opus-4-6", RequestID: "req_4", Status: 200, ServiceTier: "batch",
+			Usage: Usage{InputTokens: 3000, OutputTokens: 300, CacheCreationInputTokens: 50, CacheCreation1hInputTokens: 20, WebSearchRequests: 2},
+			Iterations: []Iteration{
+				{Type: IterationCompaction, Usage: Usage{InputTokens: 2000, OutputTokens: 100}, Cost: 7_500_000},
+				{Type: IterationFallbackMessage, Model: "claude-opus-4-8", Usage: Usage{InputTokens: 1000, OutputTokens: 200, CacheCreationInputTokens: 50, CacheCreation1hInputTokens: 20}, Cost: 5_087_500},
+			},
+			Breakdown:   CostBreakdown{Input: 15_000_000, Output: 7_500_000, CacheWrite5m: 187_500, CacheWrite1h: 200_000, WebSearch: 20_000_000, BatchDiscount: -11_443_750},
+			Cost:        31_443_750,
+			Compactions: 1, CompactionCost: 7_500_000},
 	}
 }
 
@@ -108,8 +117,10 @@ func ledgerSuite(t *testing.T, open func(t *testing.T) Ledger, reopen func(t *te
 		}
 		l = reopen(t)
 		defer l.Close()
-		if err := l.Append(ctx, in[2]); err != nil {
-			t.Fatal(err)
+		for _, c := range in[2:] {
+			if err := l.Append(ctx, c); err != nil {
+				t.Fatal(err)
+			}
 		}
 		got, err := l.Query(ctx, Filter{})
 		if err != nil {
@@ -453,7 +464,15 @@ func TestAppendCallMatchesTheRecordType(t *testing.T) {
 		}
 		r := record{V: LedgerVersion, Time: c.Time.UTC().Format(time.RFC3339Nano), Tenant: c.Tenant, KeyID: c.KeyID, User: c.User, Model: c.Model,
 			RequestID: c.RequestID, MessageID: c.MessageID, Stream: c.Stream, Status: c.Status, Usage: c.Usage,
-			AppliedEdits: edits, Cleared: c.ClearedInputTokens(), CostUSD: c.Cost, SavingsUSD: c.Savings, PriceUnknown: c.PriceUnknown}
+			AppliedEdits: edits, Cleared: c.ClearedInputTokens(), CostUSD: c.Cost, SavingsUSD: c.Savings, PriceUnknown: c.PriceUnknown,
+			ServiceTier: c.ServiceTier, Compactions: c.Compactions, CompactionCostUSD: c.CompactionCost}
+		for _, it := range c.Iterations {
+			r.Iterations = append(r.Iterations, iterationRecord{Type: it.Type, Model: it.Model, Usage: it.Usage, CostUSD: it.Cost})
+		}
+		if b := c.Breakdown; b != (CostBreakdown{}) {
+			r.CostBreakdown = &breakdownRecord{Input: b.Input, Output: b.Output, CacheWrite5m: b.CacheWrite5m, CacheWrite1h: b.CacheWrite1h,
+				CacheRead: b.CacheRead, WebSearch: b.WebSearch, BatchDiscount: b.BatchDiscount}
+		}
 		var want bytes.Buffer
 		enc := json.NewEncoder(&want)
 		enc.SetEscapeHTML(false)

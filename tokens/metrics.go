@@ -33,6 +33,9 @@ type Metrics struct {
 	memory          *prometheus.CounterVec   // tenant, command, result
 	cost            *prometheus.CounterVec   // tenant, model
 	savings         *prometheus.CounterVec   // tenant, model
+	compactions     *prometheus.CounterVec   // tenant, model
+	compactionCost  *prometheus.CounterVec   // tenant, model
+	webSearches     *prometheus.CounterVec   // tenant, model
 	priceUnknown    *prometheus.CounterVec   // tenant
 	openStreams     *prometheus.GaugeVec     // tenant
 	ledgerErrors    prometheus.Counter
@@ -59,6 +62,7 @@ type pairChildren struct {
 	upstream                                prometheus.Observer
 	input, output, cacheCreation, cacheRead prometheus.Counter
 	cost, savings                           prometheus.Counter
+	compactions, compactionCost, webSearch  prometheus.Counter
 }
 
 type tenantChildren struct {
@@ -138,6 +142,15 @@ func NewMetrics(tenants, models []string) *Metrics {
 	m.savings = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ctxproxy_savings_usd_total", Help: "Estimated savings of context editing in USD (cleared input tokens × input price).",
 	}, []string{"tenant", "model"})
+	m.compactions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_compactions_total", Help: "Server-side compactions (compaction entries of usage.iterations), by tenant and model.",
+	}, []string{"tenant", "model"})
+	m.compactionCost = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_compaction_cost_usd_total", Help: "Estimated cost of the compaction steps in USD (part of ctxproxy_cost_usd_total), by tenant and model.",
+	}, []string{"tenant", "model"})
+	m.webSearches = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_web_search_requests_total", Help: "Web searches the API ran (usage.server_tool_use.web_search_requests), by tenant and model.",
+	}, []string{"tenant", "model"})
 	m.priceUnknown = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ctxproxy_price_unknown_total", Help: "Upstream calls whose model has no price in prices.yaml.",
 	}, []string{"tenant"})
@@ -152,6 +165,7 @@ func NewMetrics(tenants, models []string) *Metrics {
 	})
 	for _, c := range []prometheus.Collector{m.requests, m.upstreamCalls, m.upstream, m.overhead, m.tokensTotal,
 		m.clearedInput, m.clearedToolUses, m.clearedThinking, m.memory, m.cost, m.savings, m.priceUnknown,
+		m.compactions, m.compactionCost, m.webSearches,
 		m.openStreams, m.ledgerErrors, m.ledgerDropped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
@@ -238,13 +252,16 @@ func (m *Metrics) pair(tenant, model string) *pairChildren {
 	}
 	t, mo := k[0], k[1]
 	c = &pairChildren{
-		upstream:      m.upstream.WithLabelValues(t, mo),
-		input:         m.tokensTotal.WithLabelValues(t, mo, "input"),
-		output:        m.tokensTotal.WithLabelValues(t, mo, "output"),
-		cacheCreation: m.tokensTotal.WithLabelValues(t, mo, "cache_creation"),
-		cacheRead:     m.tokensTotal.WithLabelValues(t, mo, "cache_read"),
-		cost:          m.cost.WithLabelValues(t, mo),
-		savings:       m.savings.WithLabelValues(t, mo),
+		upstream:       m.upstream.WithLabelValues(t, mo),
+		input:          m.tokensTotal.WithLabelValues(t, mo, "input"),
+		output:         m.tokensTotal.WithLabelValues(t, mo, "output"),
+		cacheCreation:  m.tokensTotal.WithLabelValues(t, mo, "cache_creation"),
+		cacheRead:      m.tokensTotal.WithLabelValues(t, mo, "cache_read"),
+		cost:           m.cost.WithLabelValues(t, mo),
+		savings:        m.savings.WithLabelValues(t, mo),
+		compactions:    m.compactions.WithLabelValues(t, mo),
+		compactionCost: m.compactionCost.WithLabelValues(t, mo),
+		webSearch:      m.webSearches.WithLabelValues(t, mo),
 	}
 	m.children[k] = c
 	return c
@@ -344,6 +361,11 @@ func (m *Metrics) ObserveCall(c *Call) {
 	if c.Savings > 0 {
 		p.savings.Add(c.Savings.USD())
 	}
+	addInt(p.compactions, c.Compactions)
+	if c.CompactionCost > 0 {
+		p.compactionCost.Add(c.CompactionCost.USD())
+	}
+	addInt(p.webSearch, c.Usage.WebSearchRequests)
 	if c.PriceUnknown || len(c.Edits) > 0 {
 		t := m.tenant(c.Tenant)
 		if c.PriceUnknown {

@@ -224,3 +224,24 @@ func TestMetricsSeriesExistBeforeTraffic(t *testing.T) {
 		}
 	})
 }
+
+func TestMetricsCountCompactionsAndWebSearches(t *testing.T) {
+	p := shippedPrices(t)
+	m := NewMetrics([]string{"acme"}, p.Models())
+	r := ParseReply([]byte(`{"model":"claude-opus-4-6","usage":` + exactTranscriptUsage + `}`))
+	c := Call{Tenant: "acme", Model: r.Model, Status: 200, Usage: r.Billed(), Iterations: r.Iterations}
+	p.Price(&c)
+	m.ObserveCall(&c)
+	if got := testutil.ToFloat64(m.compactions.WithLabelValues("acme", "claude-opus-4-6")); got != 1 {
+		t.Errorf("compactions %v", got)
+	}
+	if got := testutil.ToFloat64(m.compactionCost.WithLabelValues("acme", "claude-opus-4-6")); got < 0.974999 || got > 0.975001 {
+		t.Errorf("compaction cost %v", got)
+	}
+	if got := testutil.ToFloat64(m.cost.WithLabelValues("acme", "claude-opus-4-6")); got < 1.119999 || got > 1.120001 {
+		t.Errorf("cost %v", got)
+	}
+	if got := testutil.ToFloat64(m.webSearches.WithLabelValues("acme", "claude-opus-4-6")); got != 3 {
+		t.Errorf("web searches %v", got)
+	}
+}

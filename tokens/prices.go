@@ -37,6 +37,15 @@ type Prices struct {
 	exact    map[string]*PriceEntry
 	prefixes []*PriceEntry // longest first
 	entries  []*PriceEntry // file order
+	factors  Factors
+}
+
+// Factors are the table's price factors (DefaultFactors unless the file sets them).
+func (p *Prices) Factors() Factors {
+	if p == nil {
+		return DefaultFactors
+	}
+	return p.factors
 }
 
 // LoadPrices reads a prices.yaml file.
@@ -58,9 +67,15 @@ func LoadPrices(path string) (*Prices, error) {
 //	  - prefix: claude-sonnet-4-5   # or model: <exact name>
 //	    input: 3                    # USD per million tokens, at most 3 decimals
 //	    output: 15
-//	    cache_write: 3.75           # 5-minute cache write
-//	    cache_write_1h: 6           # optional; default 2 × input
-//	    cache_read: 0.30
+//	    cache_write: 3.75           # 5-minute cache write; optional, default factors.cache_write × input
+//	    cache_write_1h: 6           # optional; default factors.cache_write_1h × input
+//	    cache_read: 0.30            # optional; default factors.cache_read × input
+//	factors:                      # optional; these are the defaults (DefaultFactors)
+//	  cache_write: 1.25
+//	  cache_write_1h: 2
+//	  cache_read: 0.1
+//	  batch: 0.5                  # usage.service_tier batch: half the token cost
+//	web_search_per_1000: 10       # optional; USD per 1,000 web searches
 //
 // Unknown keys, duplicate names and missing prices are errors naming the line.
 func ParsePrices(b []byte) (*Prices, error) {
@@ -79,26 +94,38 @@ func ParsePrices(b []byte) (*Prices, error) {
 	if root.Kind != yaml.MappingNode {
 		return nil, lineErr(root, "top level must be a mapping with key models")
 	}
-	p := &Prices{exact: map[string]*PriceEntry{}}
+	p := &Prices{exact: map[string]*PriceEntry{}, factors: DefaultFactors}
 	prefixSeen := map[string]*PriceEntry{}
 	var modelsNode *yaml.Node
+	seenTop := map[string]bool{}
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
+		if seenTop[k.Value] {
+			return nil, lineErr(k, "duplicate key %s", k.Value)
+		}
+		seenTop[k.Value] = true
 		switch k.Value {
 		case "models":
-			if modelsNode != nil {
-				return nil, lineErr(k, "duplicate key models")
-			}
 			modelsNode = v
+		case "factors":
+			if err := parseFactors(v, &p.factors); err != nil {
+				return nil, err
+			}
+		case "web_search_per_1000":
+			ws, err := parseWebSearch(v)
+			if err != nil {
+				return nil, err
+			}
+			p.factors.WebSearch = ws
 		default:
-			return nil, lineErr(k, "unknown key %q (want models)", k.Value)
+			return nil, lineErr(k, "unknown key %q (want models, factors or web_search_per_1000)", k.Value)
 		}
 	}
 	if modelsNode == nil || modelsNode.Kind != yaml.SequenceNode {
 		return nil, lineErr(root, "models must be a list")
 	}
 	for _, n := range modelsNode.Content {
-		e, err := parseEntry(n)
+		e, err := parseEntry(n, p.factors)
 		if err != nil {
 			return nil, err
 		}
@@ -120,13 +147,12 @@ func ParsePrices(b []byte) (*Prices, error) {
 	return p, nil
 }
 
-func parseEntry(n *yaml.Node) (*PriceEntry, error) {
+func parseEntry(n *yaml.Node, f Factors) (*PriceEntry, error) {
 	if n.Kind != yaml.MappingNode {
 		return nil, lineErr(n, "each models entry must be a mapping")
 	}
 	e := &PriceEntry{Line: n.Line}
 	seen := map[string]bool{}
-	var has1h bool
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if seen[k.Value] {
@@ -152,7 +178,7 @@ func parseEntry(n *yaml.Node) (*PriceEntry, error) {
 		case "cache_write":
 			dst = &e.Price.CacheWrite
 		case "cache_write_1h":
-			dst, has1h = &e.Price.CacheWrite1h, true
+			dst = &e.Price.CacheWrite1h
 		case "cache_read":
 			dst = &e.Price.CacheRead
 		default:
@@ -177,13 +203,20 @@ func parseEntry(n *yaml.Node) (*PriceEntry, error) {
 	case e.Model == "" && e.Prefix == "":
 		return nil, lineErr(n, "entry needs model or prefix")
 	}
-	for _, k := range []string{"input", "output", "cache_write", "cache_read"} {
+	for _, k := range []string{"input", "output"} {
 		if !seen[k] {
 			return nil, lineErr(n, "%s: missing %s", e.Label(), k)
 		}
 	}
-	if !has1h {
-		e.Price.CacheWrite1h = 2 * e.Price.Input
+	// Cache prices the entry leaves out follow the input price by the table's factors.
+	if !seen["cache_write"] {
+		e.Price.CacheWrite = f.CacheWrite.apply(e.Price.Input)
+	}
+	if !seen["cache_write_1h"] {
+		e.Price.CacheWrite1h = f.CacheWrite1h.apply(e.Price.Input)
+	}
+	if !seen["cache_read"] {
+		e.Price.CacheRead = f.CacheRead.apply(e.Price.Input)
 	}
 	return e, nil
 }
@@ -266,16 +299,20 @@ func (pr Price) Cost(u Usage) Money {
 // Savings is the estimated saving of clearing cleared input tokens: cleared × input price.
 func (pr Price) Savings(cleared int64) Money { return Money(cleared) * pr.Input }
 
-// Price fills c.Cost, c.Savings and c.PriceUnknown from c.Model, c.Usage and c.Edits.
-// An unknown model gets PriceUnknown and zero amounts, which reports show as unknown.
+// Price fills c.Cost, c.Breakdown, c.Savings, c.Compactions, c.CompactionCost and
+// c.PriceUnknown from c.Model, c.Usage, c.Iterations, c.ServiceTier and c.Edits. A model
+// without a price (the call's or an iteration's) gets PriceUnknown and zero amounts, which
+// reports show as unknown.
 func (p *Prices) Price(c *Call) {
+	c.Compactions = countCompactions(c.Iterations)
 	e, ok := p.Lookup(c.Model)
-	if !ok {
-		c.Cost, c.Savings, c.PriceUnknown = 0, 0, true
+	if !ok || !p.priceCall(c, e) {
+		c.Cost, c.Savings, c.CompactionCost, c.Breakdown, c.PriceUnknown = 0, 0, 0, CostBreakdown{}, true
+		for i := range c.Iterations {
+			c.Iterations[i].Cost = 0
+		}
 		return
 	}
-	c.Cost = e.Price.Cost(c.Usage)
-	c.Savings = e.Price.Savings(ClearedInputTokens(c.Edits))
 	c.PriceUnknown = false
 }
 

@@ -252,3 +252,88 @@ func TestMoney(t *testing.T) {
 		}
 	}
 }
+
+// exactTranscriptUsage is one call of a transcript with a compaction, a fallback
+// to another model and cache writes of both TTLs, as the API reports it (the
+// top-level usage leaves out the compaction step).
+const exactTranscriptUsage = `{"input_tokens":1500,"output_tokens":800,"cache_creation_input_tokens":2000,"cache_read_input_tokens":0,` +
+	`"cache_creation":{"ephemeral_5m_input_tokens":2000,"ephemeral_1h_input_tokens":0},"server_tool_use":{"web_search_requests":3},` +
+	`"iterations":[` +
+	`{"type":"compaction","input_tokens":180000,"output_tokens":3000,"cache_creation_input_tokens":0,"cache_read_input_tokens":0},` +
+	`{"type":"fallback_message","model":"claude-sonnet-4-5","input_tokens":2000,"output_tokens":500,"cache_creation_input_tokens":10000,"cache_read_input_tokens":50000,"cache_creation":{"ephemeral_5m_input_tokens":6000,"ephemeral_1h_input_tokens":4000}},` +
+	`{"type":"message","model":"claude-opus-4-6","input_tokens":1500,"output_tokens":800,"cache_creation_input_tokens":2000,"cache_read_input_tokens":0,"cache_creation":{"ephemeral_5m_input_tokens":2000,"ephemeral_1h_input_tokens":0}}]}`
+
+// Every figure by hand, USD per million tokens (opus 4.6: 5 in, 25 out,
+// 6.25 5m write, 0.50 read; sonnet 4.5: 3, 15, 3.75, 6 (1h), 0.30):
+//
+//	compaction (opus)  180,000×5 + 3,000×25                               = 0.900 + 0.075         = 0.975
+//	fallback (sonnet)  2,000×3 + 500×15 + 6,000×3.75 + 4,000×6 + 50,000×0.3 = 0.006+0.0075+0.0225+0.024+0.015 = 0.075
+//	message (opus)     1,500×5 + 800×25 + 2,000×6.25                        = 0.0075 + 0.02 + 0.0125 = 0.04
+//	web search         3 × $0.01                                                                     = 0.03
+//	total 1.12; with service_tier batch the tokens are half: 1.09/2 + 0.03 = 0.575
+func TestPriceIterationsToTheCent(t *testing.T) {
+	p := shippedPrices(t)
+	for _, tier := range []string{"", "batch"} {
+		t.Run("tier="+tier, func(t *testing.T) {
+			u := exactTranscriptUsage
+			if tier != "" {
+				u = u[:len(u)-1] + `,"service_tier":"batch"}`
+			}
+			r := ParseReply([]byte(`{"id":"msg_1","model":"claude-opus-4-6","usage":` + u + `}`))
+			c := Call{Model: r.Model, Usage: r.Billed(), Iterations: r.Iterations, ServiceTier: r.ServiceTier,
+				Edits: []AppliedEdit{{Type: EditClearToolUses, ClearedInputTokens: 10000}}}
+			p.Price(&c)
+			want := map[string][5]string{ // cost, compaction cost, savings, web search, batch discount
+				"":      {"1.12", "0.975", "0.05", "0.03", "0"},
+				"batch": {"0.575", "0.4875", "0.025", "0.03", "-0.545"},
+			}[tier]
+			got := [5]string{c.Cost.String(), c.CompactionCost.String(), c.Savings.String(), c.Breakdown.WebSearch.String(), c.Breakdown.BatchDiscount.String()}
+			for i := range got {
+				if usd(t, got[i]) != usd(t, want[i]) {
+					t.Errorf("figure %d = %s, want %s (all %v)", i, got[i], want[i], got)
+				}
+			}
+			if c.Compactions != 1 || c.PriceUnknown || c.Breakdown.Total() != c.Cost {
+				t.Errorf("compactions %d unknown %v breakdown %+v", c.Compactions, c.PriceUnknown, c.Breakdown)
+			}
+			// Billed tokens: every iteration, the compaction included.
+			if c.Usage.InputTokens != 183500 || c.Usage.OutputTokens != 4300 || c.Usage.CacheCreationInputTokens != 12000 ||
+				c.Usage.CacheCreation1hInputTokens != 4000 || c.Usage.CacheReadInputTokens != 50000 || c.Usage.WebSearchRequests != 3 {
+				t.Errorf("billed usage %+v", c.Usage)
+			}
+			if b := c.Breakdown; b.CacheWrite1h != usd(t, "0.024") || b.CacheWrite5m != usd(t, "0.035") || b.CacheRead != usd(t, "0.015") {
+				t.Errorf("cache breakdown %+v", b)
+			}
+		})
+	}
+	t.Run("an iteration on a model without a price makes the call unknown", func(t *testing.T) {
+		c := Call{Model: "claude-opus-4-6", Iterations: []Iteration{{Type: IterationAdvisorMessage, Model: "mystery-1", Usage: Usage{InputTokens: 5}}}}
+		p.Price(&c)
+		if !c.PriceUnknown || c.Cost != 0 {
+			t.Errorf("cost %s unknown %v", c.Cost, c.PriceUnknown)
+		}
+	})
+}
+
+func TestPriceFactors(t *testing.T) {
+	p, err := ParsePrices([]byte("factors:\n  cache_write: 1.5\n  cache_read: 0.2\n  batch: 0.4\nweb_search_per_1000: 12.5\nmodels:\n  - model: m\n    input: 2\n    output: 10\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := p.Lookup("m")
+	// 2 × 1.5 = 3 (5m write), 2 × 2 = 4 (1h write, the default factor), 2 × 0.2 = 0.4 (read)
+	if e.Price.CacheWrite != usd(t, "0.000003") || e.Price.CacheWrite1h != usd(t, "0.000004") || e.Price.CacheRead != usd(t, "0.0000004") {
+		t.Errorf("derived cache prices %+v", e.Price)
+	}
+	c := Call{Model: "m", ServiceTier: "batch", Usage: Usage{InputTokens: 1_000_000, WebSearchRequests: 2}}
+	p.Price(&c)
+	// 2 × 0.4 = 0.8 for the tokens, 2 × 0.0125 = 0.025 for the searches
+	if c.Cost != usd(t, "0.825") {
+		t.Errorf("cost %s, want 0.825", c.Cost)
+	}
+	for _, bad := range []string{"factors: {batch: x}\nmodels: []\n", "factors: {surge: 2}\nmodels: []\n", "web_search_per_1000: -1\nmodels: []\n"} {
+		if _, err := ParsePrices([]byte(bad)); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}

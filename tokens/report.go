@@ -66,6 +66,9 @@ type Totals struct {
 	CostUSD                  Money `json:"cost_usd"`    // of priced calls only
 	SavingsUSD               Money `json:"savings_usd"` // of priced calls only
 	PriceUnknownCalls        int64 `json:"price_unknown_calls"`
+	WebSearchRequests        int64 `json:"web_search_requests"`
+	Compactions              int64 `json:"compactions"`
+	CompactionCostUSD        Money `json:"compaction_cost_usd"` // part of cost_usd
 }
 
 // Add adds one call.
@@ -85,6 +88,9 @@ func (t *Totals) Add(c *Call) {
 	if c.PriceUnknown {
 		t.PriceUnknownCalls++
 	}
+	t.WebSearchRequests += c.Usage.WebSearchRequests
+	t.Compactions += c.Compactions
+	t.CompactionCostUSD += c.CompactionCost
 }
 
 func (t *Totals) addTotals(o *Totals) {
@@ -99,6 +105,9 @@ func (t *Totals) addTotals(o *Totals) {
 	t.CostUSD += o.CostUSD
 	t.SavingsUSD += o.SavingsUSD
 	t.PriceUnknownCalls += o.PriceUnknownCalls
+	t.WebSearchRequests += o.WebSearchRequests
+	t.Compactions += o.Compactions
+	t.CompactionCostUSD += o.CompactionCostUSD
 }
 
 // Row is the totals of one tenant and group (a model name or a day).
@@ -240,6 +249,11 @@ func WriteReportTable(w io.Writer, r Report) error {
 	}
 	header := []string{"TENANT", groupHdr, "CALLS", "INPUT", "OUTPUT", "CACHE_WRITE", "CACHE_READ",
 		"CLEARED_INPUT", "CLEARED_TOOLS", "CLEARED_THINK", "COST_USD", "SAVINGS_USD"}
+	// Compaction columns only when the period had a compaction: most ledgers have none.
+	compactions := r.Total.Compactions > 0
+	if compactions {
+		header = append(header[:10:10], "COMPACTIONS", "COMPACTION_USD", "COST_USD", "SAVINGS_USD")
+	}
 	var lines [][]string
 	cells := func(tenant, group string, t *Totals) []string {
 		mark := "" // keeps the decimals aligned when some amounts are marked
@@ -249,9 +263,13 @@ func WriteReportTable(w io.Writer, r Report) error {
 		if t.PriceUnknownCalls > 0 {
 			mark = "*"
 		}
-		return []string{tenant, group, num(t.Calls), num(t.InputTokens), num(t.OutputTokens),
+		l := []string{tenant, group, num(t.Calls), num(t.InputTokens), num(t.OutputTokens),
 			num(t.CacheCreationInputTokens), num(t.CacheReadInputTokens), num(t.ClearedInputTokens),
-			num(t.ClearedToolUses), num(t.ClearedThinkingTurns), t.CostUSD.Fixed(6) + mark, t.SavingsUSD.Fixed(6) + mark}
+			num(t.ClearedToolUses), num(t.ClearedThinkingTurns)}
+		if compactions {
+			l = append(l, num(t.Compactions), t.CompactionCostUSD.Fixed(6)+mark)
+		}
+		return append(l, t.CostUSD.Fixed(6)+mark, t.SavingsUSD.Fixed(6)+mark)
 	}
 	rowsOf := map[string]int{}
 	for _, row := range r.Rows {

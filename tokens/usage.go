@@ -4,9 +4,11 @@
 package tokens
 
 import (
+	"strconv"
 	"strings"
 	"unsafe"
 
+	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
 	"github.com/tidwall/gjson"
 )
 
@@ -19,6 +21,25 @@ type Usage struct {
 	// CacheCreation1hInputTokens is the part of CacheCreationInputTokens written with the 1-hour
 	// TTL (usage.cache_creation.ephemeral_1h_input_tokens); it is priced at the 1h write price.
 	CacheCreation1hInputTokens int64 `json:"cache_creation_1h_input_tokens,omitempty"`
+	// WebSearchRequests is usage.server_tool_use.web_search_requests, priced per search.
+	WebSearchRequests int64 `json:"web_search_requests,omitempty"`
+}
+
+// Iteration types of usage.iterations (shared/spec/compaction.md §1.6).
+const (
+	IterationMessage         = "message"
+	IterationCompaction      = "compaction"
+	IterationAdvisorMessage  = "advisor_message"
+	IterationFallbackMessage = "fallback_message"
+)
+
+// Iteration is one entry of usage.iterations: one sampling step of a call, with its own model
+// when it names one (advisor and fallback steps run on another model than the call's).
+type Iteration struct {
+	Type  string
+	Model string // "" when the entry names none: the call's model
+	Usage Usage
+	Cost  Money // filled by Prices.Price
 }
 
 // Add adds o to u field by field.
@@ -28,6 +49,7 @@ func (u *Usage) Add(o Usage) {
 	u.CacheCreationInputTokens += o.CacheCreationInputTokens
 	u.CacheReadInputTokens += o.CacheReadInputTokens
 	u.CacheCreation1hInputTokens += o.CacheCreation1hInputTokens
+	u.WebSearchRequests += o.WebSearchRequests
 }
 
 // TotalInput is input + cache creation + cache read: everything the model read.
@@ -64,8 +86,13 @@ func ClearedInputTokens(edits []AppliedEdit) int64 {
 // Reply is what this package reads from one Messages reply.
 type Reply struct {
 	ID, Model, StopReason string
-	Usage                 Usage
-	Edits                 []AppliedEdit
+	// Usage is the top-level usage. It leaves out compaction steps; Billed sums the iterations.
+	Usage Usage
+	// Iterations is usage.iterations (nil when the reply has none).
+	Iterations []Iteration
+	// ServiceTier is usage.service_tier (standard, priority, batch; "" when absent).
+	ServiceTier string
+	Edits       []AppliedEdit
 	// ErrorType is the error.type of an SSE error event (streams only).
 	ErrorType string
 }
@@ -90,12 +117,58 @@ func ParseReply(body []byte) Reply {
 			r.StopReason = strings.Clone(v.Str)
 		case "usage":
 			r.Usage = parseUsage(v)
+			r.Iterations, r.ServiceTier = parseIterations(v)
 		case "context_management":
 			r.Edits = parseEdits(v)
 		}
 		return true
 	})
 	return r
+}
+
+// Billed is what the call was billed for: the sum of usage.iterations when the reply has them
+// (the top-level usage leaves out compaction), else the top-level usage. Web searches are
+// counted at the top level only.
+func (r *Reply) Billed() Usage {
+	if r.Iterations == nil {
+		return r.Usage
+	}
+	var u Usage
+	for _, it := range r.Iterations {
+		u.Add(it.Usage)
+	}
+	u.WebSearchRequests = r.Usage.WebSearchRequests
+	return u
+}
+
+// parseIterations reads usage.iterations and usage.service_tier.
+func parseIterations(v gjson.Result) ([]Iteration, string) {
+	if !v.IsObject() {
+		return nil, ""
+	}
+	tier := strings.Clone(v.Get("service_tier").Str)
+	list := v.Get("iterations")
+	if !list.IsArray() {
+		return nil, tier
+	}
+	its := []Iteration{}
+	list.ForEach(func(_, e gjson.Result) bool {
+		if !e.IsObject() {
+			return true
+		}
+		it := Iteration{Type: iterationType(e.Get("type").Str), Model: strings.Clone(e.Get("model").Str), Usage: parseUsage(e)}
+		its = append(its, it)
+		return true
+	})
+	return its, tier
+}
+
+func iterationType(t string) string {
+	switch t {
+	case IterationMessage, IterationCompaction, IterationAdvisorMessage, IterationFallbackMessage:
+		return t
+	}
+	return strings.Clone(t)
 }
 
 // CountTokens is a count_tokens reply.
@@ -141,6 +214,8 @@ func parseUsage(v gjson.Result) Usage {
 			u.CacheReadInputTokens = f.Int()
 		case "cache_creation":
 			u.CacheCreation1hInputTokens = f.Get("ephemeral_1h_input_tokens").Int()
+		case "server_tool_use":
+			u.WebSearchRequests = f.Get("web_search_requests").Int()
 		}
 		return true
 	})
@@ -204,6 +279,18 @@ type StreamMeter struct {
 	delta Usage // latest non-zero values from message_delta
 }
 
+// meterUsage reads the parts of a usage object that are not counters the meter merges:
+// iterations (message_delta carries them) and service_tier.
+func (m *StreamMeter) meterUsage(v gjson.Result) {
+	its, tier := parseIterations(v)
+	if its != nil {
+		m.r.Iterations = its
+	}
+	if tier != "" {
+		m.r.ServiceTier = tier
+	}
+}
+
 // Event feeds one SSE event: its name (the `event:` line; may be empty, then data's type is used)
 // and its data. Unknown events are ignored. data is not retained.
 func (m *StreamMeter) Event(name string, data []byte) {
@@ -221,6 +308,7 @@ func (m *StreamMeter) Event(name string, data []byte) {
 				m.r.Model = strings.Clone(v.Str)
 			case "usage":
 				m.start = parseUsage(v)
+				m.meterUsage(v)
 			case "context_management":
 				if e := parseEdits(v); e != nil {
 					m.r.Edits = e
@@ -240,6 +328,8 @@ func (m *StreamMeter) Event(name string, data []byte) {
 				preferNonZero(&m.delta.CacheCreationInputTokens, u.CacheCreationInputTokens)
 				preferNonZero(&m.delta.CacheReadInputTokens, u.CacheReadInputTokens)
 				preferNonZero(&m.delta.CacheCreation1hInputTokens, u.CacheCreation1hInputTokens)
+				preferNonZero(&m.delta.WebSearchRequests, u.WebSearchRequests)
+				m.meterUsage(v)
 			case "context_management":
 				if v.IsObject() {
 					m.r.Edits = parseEdits(v)
@@ -277,6 +367,7 @@ func (m *StreamMeter) Reply() Reply {
 	preferNonZero(&u.CacheCreationInputTokens, m.delta.CacheCreationInputTokens)
 	preferNonZero(&u.CacheReadInputTokens, m.delta.CacheReadInputTokens)
 	preferNonZero(&u.CacheCreation1hInputTokens, m.delta.CacheCreation1hInputTokens)
+	preferNonZero(&u.WebSearchRequests, m.delta.WebSearchRequests)
 	r.Usage = u
 	return r
 }
@@ -293,4 +384,36 @@ func bytesView(b []byte) string {
 		return ""
 	}
 	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// AppendIterations appends its as the API's usage.iterations array (what a client that is
+// handed several upstream calls as one message gets: every call's steps, in order).
+func AppendIterations(b []byte, its []Iteration) []byte {
+	b = append(b, '[')
+	for i, it := range its {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"type":`...)
+		b = jsonstr.Append(b, it.Type)
+		if it.Model != "" {
+			b = append(b, `,"model":`...)
+			b = jsonstr.Append(b, it.Model)
+		}
+		u := it.Usage
+		b = append(b, `,"input_tokens":`...)
+		b = strconv.AppendInt(b, u.InputTokens, 10)
+		b = append(b, `,"output_tokens":`...)
+		b = strconv.AppendInt(b, u.OutputTokens, 10)
+		b = append(b, `,"cache_creation_input_tokens":`...)
+		b = strconv.AppendInt(b, u.CacheCreationInputTokens, 10)
+		b = append(b, `,"cache_read_input_tokens":`...)
+		b = strconv.AppendInt(b, u.CacheReadInputTokens, 10)
+		b = append(b, `,"cache_creation":{"ephemeral_5m_input_tokens":`...)
+		b = strconv.AppendInt(b, u.CacheCreationInputTokens-u.CacheCreation1hInputTokens, 10)
+		b = append(b, `,"ephemeral_1h_input_tokens":`...)
+		b = strconv.AppendInt(b, u.CacheCreation1hInputTokens, 10)
+		b = append(b, "}}"...)
+	}
+	return append(b, ']')
 }

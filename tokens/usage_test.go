@@ -210,9 +210,9 @@ func TestParseCountTokens(t *testing.T) {
 }
 
 func TestUsageAdd(t *testing.T) {
-	u := Usage{1, 2, 3, 4, 1}
-	u.Add(Usage{10, 20, 30, 40, 2})
-	if u != (Usage{11, 22, 33, 44, 3}) || u.TotalInput() != 11+33+44 {
+	u := Usage{1, 2, 3, 4, 1, 5}
+	u.Add(Usage{10, 20, 30, 40, 2, 6})
+	if u != (Usage{11, 22, 33, 44, 3, 11}) || u.TotalInput() != 11+33+44 {
 		t.Fatalf("Add: %+v", u)
 	}
 }

@@ -1,0 +1,182 @@
+package tokens
+
+import (
+	"fmt"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Ratio is a price factor in thousandths (1250 = 1.25×), so factors apply to Money exactly up to
+// one rounding.
+type Ratio int64
+
+// apply is m × r, rounded half away from zero to the nano-dollar.
+func (r Ratio) apply(m Money) Money {
+	v := int64(m) * int64(r)
+	if v < 0 {
+		return Money(-((-v + 500) / 1000))
+	}
+	return Money((v + 500) / 1000)
+}
+
+// Factors are the price table's factors (prices.yaml `factors:` and `web_search_per_1000`),
+// from the public pricing page (shared/spec/api-2026.md §3.4).
+type Factors struct {
+	CacheWrite   Ratio // 5-minute cache write × input, for entries without cache_write
+	CacheWrite1h Ratio // 1-hour cache write × input, for entries without cache_write_1h
+	CacheRead    Ratio // cache read × input, for entries without cache_read
+	Batch        Ratio // × the token cost of a call with usage.service_tier "batch"
+	WebSearch    Money // per web search (server_tool_use.web_search_requests)
+}
+
+// DefaultFactors are the list-price factors: cache writes 1.25× (5 minutes) and 2× (1 hour)
+// input, reads 0.1×, the batch tier half price, web search $10 per 1,000.
+var DefaultFactors = Factors{CacheWrite: 1250, CacheWrite1h: 2000, CacheRead: 100, Batch: 500, WebSearch: 10_000_000}
+
+// CostBreakdown is how a call's cost is made: each token kind at its price (every iteration at
+// its own model's), web searches, and the batch tier's discount (negative). Cost is their sum.
+type CostBreakdown struct {
+	Input, Output, CacheWrite5m, CacheWrite1h, CacheRead Money
+	WebSearch                                            Money
+	BatchDiscount                                        Money
+}
+
+// Total is the sum of the parts.
+func (b CostBreakdown) Total() Money {
+	return b.Input + b.Output + b.CacheWrite5m + b.CacheWrite1h + b.CacheRead + b.WebSearch + b.BatchDiscount
+}
+
+func (b *CostBreakdown) addTokens(pr Price, u Usage) {
+	oneHour := min(max(u.CacheCreation1hInputTokens, 0), u.CacheCreationInputTokens)
+	b.Input += Money(u.InputTokens) * pr.Input
+	b.Output += Money(u.OutputTokens) * pr.Output
+	b.CacheWrite5m += Money(u.CacheCreationInputTokens-oneHour) * pr.CacheWrite
+	b.CacheWrite1h += Money(oneHour) * pr.CacheWrite1h
+	b.CacheRead += Money(u.CacheReadInputTokens) * pr.CacheRead
+}
+
+// TierBatch is usage.service_tier of a Message Batches call.
+const TierBatch = "batch"
+
+// priceCall prices c at entry e (the call's model): every iteration at its own model's price
+// when the reply had usage.iterations (the top-level usage leaves out compaction steps), else
+// the usage; web searches per search; the batch tier's factor on the token cost and savings.
+// ok is false when an iteration names a model without a price.
+func (p *Prices) priceCall(c *Call, e *PriceEntry) (ok bool) {
+	f := p.Factors()
+	var b CostBreakdown
+	var compaction CostBreakdown
+	if c.Iterations == nil {
+		b.addTokens(e.Price, c.Usage)
+	}
+	for i := range c.Iterations {
+		it := &c.Iterations[i]
+		pe := e
+		if it.Model != "" && it.Model != c.Model {
+			if pe, ok = p.Lookup(it.Model); !ok {
+				return false
+			}
+		}
+		var ib CostBreakdown
+		ib.addTokens(pe.Price, it.Usage)
+		it.Cost = ib.Total()
+		if c.ServiceTier == TierBatch {
+			it.Cost = f.Batch.apply(it.Cost)
+		}
+		b.add(ib)
+		if it.Type == IterationCompaction {
+			compaction.add(ib)
+		}
+	}
+	tokens := b.Total()
+	savings := e.Price.Savings(ClearedInputTokens(c.Edits))
+	c.CompactionCost = compaction.Total()
+	if c.ServiceTier == TierBatch {
+		b.BatchDiscount = f.Batch.apply(tokens) - tokens
+		savings = f.Batch.apply(savings)
+		c.CompactionCost = f.Batch.apply(c.CompactionCost)
+	}
+	b.WebSearch = Money(c.Usage.WebSearchRequests) * f.WebSearch
+	c.Breakdown = b
+	c.Cost = b.Total()
+	c.Savings = savings
+	return true
+}
+
+func (b *CostBreakdown) add(o CostBreakdown) {
+	b.Input += o.Input
+	b.Output += o.Output
+	b.CacheWrite5m += o.CacheWrite5m
+	b.CacheWrite1h += o.CacheWrite1h
+	b.CacheRead += o.CacheRead
+	b.WebSearch += o.WebSearch
+	b.BatchDiscount += o.BatchDiscount
+}
+
+// countCompactions is the number of compaction steps in the call's iterations.
+func countCompactions(its []Iteration) int64 {
+	var n int64
+	for _, it := range its {
+		if it.Type == IterationCompaction {
+			n++
+		}
+	}
+	return n
+}
+
+// parseFactors reads prices.yaml's factors mapping onto f.
+func parseFactors(n *yaml.Node, f *Factors) error {
+	if n.Kind != yaml.MappingNode {
+		return lineErr(n, "factors must be a mapping of cache_write, cache_write_1h, cache_read, batch")
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if seen[k.Value] {
+			return lineErr(k, "duplicate key %q", k.Value)
+		}
+		seen[k.Value] = true
+		var dst *Ratio
+		switch k.Value {
+		case "cache_write":
+			dst = &f.CacheWrite
+		case "cache_write_1h":
+			dst = &f.CacheWrite1h
+		case "cache_read":
+			dst = &f.CacheRead
+		case "batch":
+			dst = &f.Batch
+		default:
+			return lineErr(k, "unknown key %q in factors (want cache_write, cache_write_1h, cache_read, batch)", k.Value)
+		}
+		r, err := parseNumber(v, 3)
+		if err != nil {
+			return lineErr(v, "factors.%s: %v (a factor such as 1.25, at most 3 decimals)", k.Value, err)
+		}
+		*dst = Ratio(r)
+	}
+	return nil
+}
+
+// parseWebSearch reads web_search_per_1000 (USD per 1,000 searches) as Money per search.
+func parseWebSearch(v *yaml.Node) (Money, error) {
+	n, err := parseNumber(v, 6) // USD per 1,000 with 6 decimals = nano-USD per search
+	if err != nil {
+		return 0, lineErr(v, "web_search_per_1000: %v (USD per 1,000 searches, at most 6 decimals)", err)
+	}
+	return Money(n), nil
+}
+
+func parseNumber(v *yaml.Node, scale int) (int64, error) {
+	if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!float") {
+		return 0, fmt.Errorf("want a number, got %q", v.Value)
+	}
+	n, err := parseDecimal(v.Value, scale)
+	if err != nil {
+		return 0, err
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("negative")
+	}
+	return n, nil
+}
