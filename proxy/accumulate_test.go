@@ -82,6 +82,9 @@ func accumulate(t *testing.T, body string) string {
 				sigs[idx] += d.Get("signature").Str
 			case "input_json_delta":
 				inputs[idx] += d.Get("partial_json").Str
+			case "compaction_delta": // assigned, not appended; null stays null
+				blocks[idx], _ = sjson.SetRaw(blocks[idx], "content", d.Get("content").Raw)
+				blocks[idx], _ = sjson.SetRaw(blocks[idx], "encrypted_content", d.Get("encrypted_content").Raw)
 			}
 		case "content_block_stop":
 			if int(gjson.Get(data, "index").Int()) >= len(blocks) {

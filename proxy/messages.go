@@ -127,7 +127,7 @@ func (x *exchange) readAndRewrite(countTokens bool) bool {
 	if err != nil {
 		var re *policy.RequestError
 		if errors.As(err, &re) {
-			x.fail(re.Status, re.Type, re.Message)
+			x.refuse(re)
 			return false
 		}
 		x.fail(http.StatusBadRequest, "invalid_request_error", err.Error())

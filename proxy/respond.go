@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"go.uber.org/zap"
+
+	"github.com/ctxproxy/ctxproxy/policy"
 )
 
 // clientReply is what the client got. Only the writers in this file change
@@ -19,6 +21,23 @@ type clientReply struct {
 func (x *exchange) fail(status int, typ, msg string) {
 	x.out.status = status
 	x.out.n += int64(writeError(x.w, status, typ, msg))
+}
+
+// refuse answers a request the policy refused, in the API's shape with its
+// details (a thread_unsupported_request carries error.details as the API's).
+func (x *exchange) refuse(re *policy.RequestError) {
+	if re.Details == "" {
+		x.fail(re.Status, re.Type, re.Message)
+		return
+	}
+	body := re.JSON()
+	h := x.w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	x.w.WriteHeader(re.Status)
+	n, _ := x.w.Write(body)
+	x.out.status = re.Status
+	x.out.n += int64(n)
 }
 
 // upstreamError answers a failed upstream call in the API's shape, or
