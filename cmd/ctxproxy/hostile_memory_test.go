@@ -33,7 +33,8 @@ func TestBinaryBoundsHostileMemoryCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	mem := t.TempDir()
-	p := startProxy(t, "--upstream", upURL, "--policies", pols, "--memory-dir", mem)
+	p := startProxy(t, "--upstream", upURL, "--policies", pols, "--memory-dir", mem,
+		"--ledger", "file:"+filepath.Join(t.TempDir(), "ledger.jsonl"))
 	deep := "/memories" + strings.Repeat("/d", 21)
 	fake.SetResponder(fakeapi.Script(
 		fakeapi.Reply{Content: []json.RawMessage{
