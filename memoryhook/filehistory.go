@@ -372,7 +372,9 @@ func (l *tenantLog) reconcile(ctx context.Context, tr *os.Root) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if !e.Info.Mode().IsRegular() || tmpName.MatchString(e.Name) {
+		// A hard-linked file (planted: the tool makes none) is no memory:
+		// its bytes may be another tenant's or the host's.
+		if !e.Info.Mode().IsRegular() || tmpName.MatchString(e.Name) || links(e.Info) > 1 {
 			return nil
 		}
 		name := e.Rel

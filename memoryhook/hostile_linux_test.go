@@ -99,6 +99,14 @@ func TestHardLinkedFilesAreRefused(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(s.outside, "secret.txt")); string(got) != "outside secret\n" {
 		t.Errorf("the outside file changed: %q", got)
 	}
+	// Nor does the history adopt it, where an operator could read it.
+	mems, err := s.st.Memories(context.Background(), "t1")
+	must(t, err)
+	for _, m := range mems {
+		if strings.Contains(m.Path, "linked") || strings.Contains(m.Path, "own") {
+			t.Errorf("history adopted the hard-linked %s", m.Path)
+		}
+	}
 	if r := s.exec(storetest.J("command", "delete", "path", "/memories/linked.md")); r.IsError {
 		t.Errorf("delete: %s", r.Content)
 	}
