@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -23,12 +24,14 @@ type round struct {
 	memory bool // memory proxy mode: withhold, renumber and keep blocks
 	first  bool // the first round: its message_start goes to the client
 
+	phase      phase
 	id         string
 	model      string // message_start's message.model
 	stopReason string
 	delta      []byte   // the message_delta event's data, withheld until the end
 	stopRaw    []byte   // the message_stop event as it came
-	blocks     []*block // by upstream index
+	blocks     []*block // by upstream index, which runs 0, 1, 2 … (memory mode)
+	open       int      // blocks started and not stopped (memory mode)
 	calls      []memCall
 	others     int  // client tool_use blocks
 	withheld   bool // some block was not shown to the client
@@ -37,112 +40,221 @@ type round struct {
 	meter      tokens.StreamMeter
 }
 
+// phase is where a stream is in the Messages API's event grammar:
+// message_start, content blocks, message_delta, message_stop.
+type phase uint8
+
+const (
+	beforeStart phase = iota // nothing but ping yet
+	inMessage                // message_start seen: content blocks
+	ending                   // message_delta seen: message_stop next
+)
+
+// malformed is an upstream stream that breaks the event grammar. The
+// proxy cannot splice or account for it, so the client's stream ends
+// with an error event.
+type malformed struct{ why string }
+
+func (e *malformed) Error() string { return "upstream sent a malformed stream: " + e.why }
+
+func malformedf(format string, args ...any) error { return &malformed{fmt.Sprintf(format, args...)} }
+
 // end is what the round tells the memory loop.
 func (rd *round) end() roundEnd {
 	return roundEnd{id: rd.id, stopReason: rd.stopReason, calls: rd.calls, others: rd.others}
 }
 
-// relay copies one upstream stream to the client, up to its message_stop.
+// relay copies one upstream stream to the client, up to its message_stop
+// or an error event. A malformed stream stops it with a *malformed error.
 func (rd *round) relay(src *sseReader, sw *streamWriter) error {
-	for {
+	for !rd.done && !rd.failed {
 		ev, err := src.Next()
 		if err != nil {
 			return err
 		}
-		switch string(ev.Name) {
-		case "message_start":
-			rd.meter.Event("message_start", ev.Data)
-			rd.id = gjson.GetBytes(ev.Data, "message.id").Str
-			rd.model = gjson.GetBytes(ev.Data, "message.model").Str
-			if rd.first {
-				sw.send(ev.Raw)
-			}
-		case "content_block_start":
-			if !rd.memory { // nothing withheld, no later round: relay as is
-				sw.send(ev.Raw)
-				continue
-			}
-			rd.blockStart(ev, sw)
-		case "content_block_delta", "content_block_stop":
-			if !rd.memory {
-				sw.send(ev.Raw)
-				continue
-			}
-			rd.blockEvent(ev, sw)
-		case "message_delta":
-			rd.meter.Event("message_delta", ev.Data)
-			rd.stopReason = gjson.GetBytes(ev.Data, "delta.stop_reason").Str
-			rd.delta = append(rd.delta[:0], ev.Data...)
-		case "message_stop":
-			rd.stopRaw = append([]byte(nil), ev.Raw...)
-			rd.done = true
-			return nil
-		case "error":
-			sw.send(ev.Raw)
-			rd.failed = true
-			return nil
-		default: // ping and events this proxy does not know: pass them on
-			sw.send(ev.Raw)
+		if err := rd.event(ev, sw); err != nil {
+			return err
 		}
 		if sw.err != nil {
 			return sw.err
 		}
 	}
+	return nil
+}
+
+// event handles one upstream event.
+func (rd *round) event(ev sseEvent, sw *streamWriter) error {
+	switch string(ev.Name) {
+	case "message_start":
+		return rd.messageStart(ev, sw)
+	case "content_block_start":
+		return rd.blockStart(ev, sw)
+	case "content_block_delta", "content_block_stop":
+		return rd.blockEvent(ev, sw)
+	case "message_delta":
+		if err := rd.expect(ev, rd.phase != beforeStart); err != nil {
+			return err
+		}
+		rd.phase = ending
+		rd.meter.Event("message_delta", ev.Data)
+		rd.stopReason = gjson.GetBytes(ev.Data, "delta.stop_reason").Str
+		rd.delta = append(rd.delta[:0], ev.Data...)
+	case "message_stop":
+		if err := rd.expect(ev, rd.phase == ending); err != nil {
+			return err
+		}
+		if rd.open > 0 {
+			return malformedf("message_stop with %d content blocks still open", rd.open)
+		}
+		rd.stopRaw = append([]byte(nil), ev.Raw...)
+		rd.done = true
+	case "error":
+		if !gjson.ValidBytes(ev.Data) {
+			return malformedf("error with invalid JSON")
+		}
+		sw.send(ev.Raw)
+		rd.failed = true
+	default: // ping and events this proxy does not know: pass them on
+		sw.send(ev.Raw)
+	}
+	return nil
+}
+
+// expect checks that ev may come now (inOrder) and that its data is a JSON
+// object of ev's type: what the relay reads or sends on must be sound.
+func (rd *round) expect(ev sseEvent, inOrder bool) error {
+	if !inOrder {
+		return malformedf("%s out of order", clip(ev.Name))
+	}
+	if !gjson.ValidBytes(ev.Data) {
+		return malformedf("%s with invalid JSON", clip(ev.Name))
+	}
+	if t := gjson.GetBytes(ev.Data, "type"); t.Str != string(ev.Name) {
+		return malformedf("%s carrying data of type %s", clip(ev.Name), clip([]byte(t.Raw)))
+	}
+	return nil
+}
+
+func (rd *round) messageStart(ev sseEvent, sw *streamWriter) error {
+	if err := rd.expect(ev, rd.phase == beforeStart); err != nil {
+		return err
+	}
+	rd.phase = inMessage
+	rd.meter.Event("message_start", ev.Data)
+	rd.id = gjson.GetBytes(ev.Data, "message.id").Str
+	rd.model = gjson.GetBytes(ev.Data, "message.model").Str
+	if rd.first {
+		sw.send(ev.Raw)
+	}
+	return nil
 }
 
 // blockStart keeps a new block and relays it under the client's next
 // index, unless it is a memory call, which is withheld.
-func (rd *round) blockStart(ev sseEvent, sw *streamWriter) {
+func (rd *round) blockStart(ev sseEvent, sw *streamWriter) error {
+	if !rd.memory { // nothing withheld, no later round: relay as is
+		if rd.phase != inMessage {
+			return malformedf("content_block_start out of order")
+		}
+		sw.send(ev.Raw)
+		return nil
+	}
+	if err := rd.expect(ev, rd.phase == inMessage); err != nil {
+		return err
+	}
 	// gjson.Get on a view of the event: no copies per event. What is kept
 	// past this event (start, id) is copied.
 	data := bstr(ev.Data)
 	ir := gjson.Get(data, "index")
-	idx := int(ir.Int())
-	b := newBlock(gjson.Get(data, "content_block"))
+	if idx, ok := blockIndex(ir); !ok || idx != len(rd.blocks) {
+		return malformedf("content_block_start with index %s where %d was next", clip([]byte(ir.Raw)), len(rd.blocks))
+	}
+	cb := gjson.Get(data, "content_block")
+	if !cb.IsObject() {
+		return malformedf("content_block_start without a content_block")
+	}
+	b := newBlock(cb)
+	rd.blocks = append(rd.blocks, b)
+	rd.open++
 	if b.toolUse && !b.memory {
 		rd.others++
 	}
-	if idx >= 0 {
-		if len(rd.blocks) <= idx {
-			rd.blocks = append(rd.blocks, make([]*block, idx+1-len(rd.blocks))...)
-		}
-		rd.blocks[idx] = b
-	}
 	if b.memory {
 		rd.withheld = true
-		return
+		return nil
 	}
 	b.client = sw.next
 	sw.next++
-	sw.sendIndexed(ev, ir, idx, b.client)
+	sw.sendIndexed(ev, ir, len(rd.blocks)-1, b.client)
+	return nil
 }
 
 // blockEvent adds a delta to its block or ends the block, and relays it
 // under the block's client index unless the block is withheld.
-func (rd *round) blockEvent(ev sseEvent, sw *streamWriter) {
+func (rd *round) blockEvent(ev sseEvent, sw *streamWriter) error {
+	if !rd.memory {
+		if rd.phase != inMessage {
+			return malformedf("%s out of order", clip(ev.Name))
+		}
+		sw.send(ev.Raw)
+		return nil
+	}
+	if err := rd.expect(ev, rd.phase == inMessage); err != nil {
+		return err
+	}
 	ir := gjson.Get(bstr(ev.Data), "index")
-	idx := int(ir.Int())
-	if idx < 0 || idx >= len(rd.blocks) || rd.blocks[idx] == nil {
-		return // no such block started: drop what cannot be placed
+	idx, ok := blockIndex(ir)
+	if !ok || idx >= len(rd.blocks) {
+		return malformedf("%s for block %s, which never started", clip(ev.Name), clip([]byte(ir.Raw)))
 	}
 	b := rd.blocks[idx]
+	if b.stopped {
+		return malformedf("%s for block %d after its content_block_stop", clip(ev.Name), idx)
+	}
 	if ev.Name[len("content_block_")] == 'd' {
 		b.addDelta(ev.Data)
-	} else if b.memory {
-		rd.calls = append(rd.calls, memCall{id: b.id, input: b.inputJSON()})
+	} else {
+		b.stopped = true
+		rd.open--
+		if b.memory {
+			rd.calls = append(rd.calls, memCall{id: b.id, input: b.inputJSON()})
+		}
 	}
 	if !b.memory {
 		sw.sendIndexed(ev, ir, idx, b.client)
 	}
+	return nil
+}
+
+// blockIndex is an event's block index: a plain non-negative integer.
+func blockIndex(ir gjson.Result) (int, bool) {
+	if ir.Type != gjson.Number || len(ir.Raw) == 0 || len(ir.Raw) > 9 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range []byte(ir.Raw) {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
+}
+
+// clip is upstream text quoted in an error message, bounded.
+func clip(b []byte) string {
+	const max = 40
+	if len(b) > max {
+		return strconv.Quote(string(b[:max]) + "…")
+	}
+	return strconv.Quote(string(b))
 }
 
 // assistantTurn is the round's content as a JSON array, memory calls included.
 func (rd *round) assistantTurn() []byte {
-	parts := make([][]byte, 0, len(rd.blocks))
-	for _, b := range rd.blocks {
-		if b != nil {
-			parts = append(parts, b.json())
-		}
+	parts := make([][]byte, len(rd.blocks))
+	for i, b := range rd.blocks {
+		parts[i] = b.json()
 	}
 	return joinArray(parts)
 }
@@ -158,6 +270,7 @@ type block struct {
 	citations [][]byte
 	memory    bool // a memory tool_use: withheld from the client
 	toolUse   bool
+	stopped   bool // content_block_stop seen
 	id        string
 	client    int // the index the client sees it under
 }

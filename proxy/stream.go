@@ -1,15 +1,18 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"time"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+	"go.uber.org/zap"
 )
 
 // The streaming path. Every event is written and flushed as it arrives (see
@@ -37,8 +40,6 @@ func (x *exchange) serveStream() {
 		default:
 			x.endStream(sw, rd, x.loop.round, stop)
 		}
-		// Released only now: the client has its last events before the
-		// proxy waits on what is left of the upstream's body.
 		up.release()
 		return
 	}
@@ -69,9 +70,15 @@ func (x *exchange) streamRound(ctx context.Context, sw *streamWriter) (*round, u
 	if !sw.started {
 		x.startStream(sw, resp)
 	}
-	up := upstreamBody{ir: newIdleReader(resp.Body, x.s.cfg.StreamIdleTimeout, cancel), cancel: cancel}
+	ir := newIdleReader(resp.Body, x.s.cfg.StreamIdleTimeout, cancel)
+	up := upstreamBody{ir: ir, cancel: cancel, rest: &io.LimitedReader{R: ir, N: math.MaxInt64}}
+	up.src = newSSEReader(up.rest)
 	rd := &round{memory: x.req.memory, first: x.loop.round == 0}
-	err = rd.relay(newSSEReader(up.ir), sw)
+	err = rd.relay(up.src, sw)
+	if err == nil && rd.done {
+		err = up.afterStop()
+		rd.done = err == nil
+	}
 	up.complete = rd.done
 	x.acct.waited(t0)
 	x.record(resp, rd.meter.Reply(), replyMeta{id: rd.id, model: rd.model, stopReason: rd.stopReason})
@@ -91,6 +98,9 @@ func (x *exchange) roundFailure(ctx context.Context, sw *streamWriter, ir *idleR
 		return nil, true // the client went away; its context cancelled the upstream
 	case ir.timedOut():
 		return sseErrorEvent("timeout_error", "upstream stream was idle for "+x.s.cfg.StreamIdleTimeout.String()), true
+	case errors.As(err, new(*malformed)):
+		x.s.log.Warn("upstream stream malformed", zap.String("tenant", x.tenantLabel()), zap.Error(err))
+		return sseErrorEvent("api_error", err.Error()), true
 	case err != nil && !errors.Is(err, io.EOF):
 		return sseErrorEvent("api_error", "upstream stream broke: "+err.Error()), true
 	case rd.failed:
@@ -123,33 +133,49 @@ func (x *exchange) streamRefused(sw *streamWriter, resp *http.Response, t0 time.
 type upstreamBody struct {
 	ir       *idleReader
 	cancel   context.CancelFunc
-	complete bool // message_stop was relayed
+	rest     *io.LimitedReader // ir, unbounded until message_stop
+	src      *sseReader        // the events of rest
+	complete bool              // message_stop was relayed, and nothing after it
 }
 
-// release gives the body up. A complete one is drained first, so its
-// connection goes back to the pool; any other is closed.
+// afterStopBytes and afterStopWait bound what is read of a body after its
+// message_stop: a hang guard for an upstream that keeps it open.
+const (
+	afterStopBytes = 64 << 10
+	afterStopWait  = time.Second
+)
+
+// afterStop reads what is left of the stream after message_stop, the end of
+// the body (a chunked terminator, a compressor's trailer), comments or
+// pings, and refuses a message or content block event there: a message
+// ends at its message_stop. Read to its end, the body's connection can go
+// back to the pool.
+func (b upstreamBody) afterStop() error {
+	b.rest.N = afterStopBytes
+	t := time.AfterFunc(afterStopWait, b.cancel)
+	defer t.Stop()
+	for {
+		ev, err := b.src.Next()
+		if err != nil {
+			return nil // the end, a cut or the bound: nothing more to relay either way
+		}
+		if bytes.HasPrefix(ev.Name, []byte("message_")) || bytes.HasPrefix(ev.Name, []byte("content_block_")) {
+			return malformedf("%s after message_stop", clip(ev.Name))
+		}
+	}
+}
+
+// release gives the body up. A decoder may stop at the end of its frame,
+// before the body's own end, so the raw body of a complete one is drained
+// too, for its connection to go back to the pool.
 func (b upstreamBody) release() {
-	if b.complete {
-		finishBody(b.ir, b.cancel)
-		return
+	if d, ok := b.ir.r.(*decodedBody); ok && b.complete {
+		t := time.AfterFunc(afterStopWait, b.cancel)
+		io.CopyN(io.Discard, d.body, afterStopBytes)
+		t.Stop()
 	}
 	b.ir.Close()
 	b.cancel()
-}
-
-// finishBody reads what is left of a stream after message_stop (the
-// chunked terminator, stray bytes), bounded in bytes and time, then closes it.
-// A decoder may stop at the end of its frame, before the body's own end, so
-// the raw body is drained too.
-func finishBody(body *idleReader, cancel context.CancelFunc) {
-	t := time.AfterFunc(time.Second, cancel)
-	io.CopyN(io.Discard, body, 64<<10)
-	if d, ok := body.r.(*decodedBody); ok {
-		io.CopyN(io.Discard, d.body, 64<<10)
-	}
-	t.Stop()
-	body.Close()
-	cancel()
 }
 
 // endStream sends the final message_delta and message_stop. The first
