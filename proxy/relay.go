@@ -129,7 +129,7 @@ func (rd *round) expect(ev sseEvent, inOrder bool) error {
 	if !gjson.ValidBytes(ev.Data) {
 		return malformedf("%s with invalid JSON", clip(ev.Name))
 	}
-	if t := gjson.GetBytes(ev.Data, "type"); t.Str != string(ev.Name) {
+	if t := gjson.Get(bstr(ev.Data), "type"); t.Str != bstr(ev.Name) {
 		return malformedf("%s carrying data of type %s", clip(ev.Name), clip([]byte(t.Raw)))
 	}
 	return nil
