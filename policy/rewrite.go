@@ -53,6 +53,7 @@ type RewriteInfo struct {
 	Threaded       bool     // thread.type is "create" or "continue": the API holds the conversation
 	Model          string   // the top-level model, when a string
 	Stream         bool     // the top-level stream is true
+	NeedsBeta      bool     // the outgoing body has context_management or the memory tool
 }
 
 // memoryToolJSON is the memory tool definition ctxproxy appends.
@@ -92,7 +93,7 @@ func (o splice) len() int { return len(o.pre) + len(o.data) + len(o.post) }
 // and body is never modified. h is modified in place (only when err is nil). A nil p checks the
 // body and changes nothing. Errors are *RequestError.
 func (p *Policy) Rewrite(body []byte, h http.Header, countTokens bool) ([]byte, RewriteInfo, error) {
-	ops, info, err := p.rewrite(body, h, countTokens)
+	ops, info, err := p.rewrite(body, h, false)
 	if err != nil {
 		return nil, info, err
 	}
@@ -107,7 +108,7 @@ func (p *Policy) Rewrite(body []byte, h http.Header, countTokens bool) ([]byte, 
 // is not copied for the few hundred bytes the rules add). One piece, body
 // itself, when nothing changed.
 func (p *Policy) RewriteParts(body []byte, h http.Header, countTokens bool) ([][]byte, RewriteInfo, error) {
-	ops, info, err := p.rewrite(body, h, countTokens)
+	ops, info, err := p.rewrite(body, h, false)
 	if err != nil {
 		return nil, info, err
 	}
@@ -118,8 +119,10 @@ func (p *Policy) RewriteParts(body []byte, h http.Header, countTokens bool) ([][
 }
 
 // rewrite works out the splices that apply p; none when nothing changes.
-func (p *Policy) rewrite(body []byte, h http.Header, countTokens bool) ([]splice, RewriteInfo, error) {
-	_ = countTokens // same rules for both endpoints; kept so callers say which one this is
+// count_tokens and messages follow the same rules. In a batch (inBatch) the
+// memory tool is added only in inject mode: nobody could run a proxy-mode
+// loop inside a batch.
+func (p *Policy) rewrite(body []byte, h http.Header, inBatch bool) ([]splice, RewriteInfo, error) {
 	var info RewriteInfo
 	s := unsafe.String(unsafe.SliceData(body), len(body)) // read-only view: body is never written
 
@@ -255,7 +258,7 @@ members:
 	}
 
 	// 2. The memory tool.
-	if p.MemoryOn() {
+	if p.MemoryOn() && !(inBatch && p.Memory.Mode == MemoryProxy) {
 		// A mid-conversation tool_addition that defines the memory tool declares it: adding it
 		// to tools too would clash (tool_name_conflict). A tool_removal of it, or a compaction
 		// block's tool_changes, is left to stand: tools is the starting set, kept the same on
@@ -327,7 +330,8 @@ members:
 	}
 
 	// 3. The beta header.
-	if h != nil && (hasCM || info.MemoryAdded || info.MemoryDeclared) {
+	info.NeedsBeta = hasCM || info.MemoryAdded || info.MemoryDeclared
+	if h != nil && info.NeedsBeta {
 		info.BetaAdded = MergeBeta(h, BetaContextManagement)
 	}
 	if h != nil && info.Compact {

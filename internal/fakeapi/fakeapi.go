@@ -321,7 +321,7 @@ func (a *API) newID(prefix string) string {
 	return prefix + a.idPrefix + strconv.FormatInt(a.ids.Add(1), 10)
 }
 
-// ServeHTTP routes /v1/messages, /v1/messages/count_tokens, any other /v1/
+// ServeHTTP routes /v1/messages, /v1/messages/count_tokens, batch creation, any other /v1/
 // path, and the /_fake/ control endpoints.
 func (a *API) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	reqID := a.newID("req_fake_")
@@ -335,6 +335,8 @@ func (a *API) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		a.serveControl(w, req)
 	case p == "/v1/messages" || p == "/v1/messages/count_tokens":
 		a.serveMessages(w, req, reqID)
+	case p == "/v1/messages/batches" && req.Method == http.MethodPost:
+		a.serveBatchCreate(w, req, reqID)
 	case strings.HasPrefix(p, "/v1/"):
 		a.servePassthrough(w, req, reqID)
 	default:
