@@ -58,6 +58,24 @@ func (x *exchange) record(resp *http.Response, r tokens.Reply, meta replyMeta) {
 	x.endCallSpan(&c, meta)
 }
 
+// recordCount puts a count_tokens reply in the ledger: input_tokens after
+// the policy's edits and original_input_tokens before, billed nothing.
+func (x *exchange) recordCount(resp *http.Response, body []byte) {
+	rec := x.s.cfg.Recorder
+	if x.req.ep != epCountTokens || rec == nil || resp.StatusCode != http.StatusOK {
+		return
+	}
+	ct := tokens.ParseCountTokens(body)
+	rec.Record(x.r.Context(), tokens.Call{
+		Time:        time.Now(),
+		Tenant:      x.tenantLabel(),
+		Model:       x.req.model,
+		RequestID:   resp.Header.Get("Request-Id"),
+		Status:      resp.StatusCode,
+		CountTokens: &ct,
+	})
+}
+
 // memoryCommand accounts one memory command. A store outage is the
 // operator's to see, not only the model's: it is logged with the tenant
 // and the command.

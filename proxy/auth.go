@@ -75,27 +75,11 @@ func (s *Server) authenticateKey(ctx context.Context, key string, c caller) (cal
 	return c, nil
 }
 
-// callerKey carries the caller from the passthrough's authentication to its
-// Rewrite and ModifyResponse.
+// callerKey carries the tenant's upstream key from servePassthrough's
+// authentication to the reverse proxy's Rewrite and ModifyResponse.
 type callerKey struct{}
 
-// authPassthrough authenticates a passthrough request like a Messages one
-// and hands the caller to the reverse proxy in next.
-func (s *Server) authPassthrough(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, fail := s.authenticate(r.Context(), r.Header)
-		if fail != nil {
-			writeError(w, fail.status, fail.typ, fail.msg)
-			return
-		}
-		if c.upstreamKey != "" {
-			r = r.WithContext(context.WithValue(r.Context(), callerKey{}, c.upstreamKey))
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// passthroughKey is the tenant key authPassthrough found for r, or "".
+// passthroughKey is the tenant key servePassthrough found for r, or "".
 func passthroughKey(r *http.Request) string {
 	k, _ := r.Context().Value(callerKey{}).(string)
 	return k

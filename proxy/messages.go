@@ -38,6 +38,7 @@ type exchange struct {
 
 // request is the client's request after the policy.
 type request struct {
+	ep     endpoint
 	start  time.Time
 	pol    *policy.Policy // nil: no policy applies; forwarded untouched
 	tenant string
@@ -58,19 +59,15 @@ type request struct {
 	bytesIn     int64
 }
 
-func (s *Server) messages(w http.ResponseWriter, r *http.Request) { s.serve(w, r, false) }
-
-func (s *Server) countTokens(w http.ResponseWriter, r *http.Request) { s.serve(w, r, true) }
-
-func (s *Server) serve(w http.ResponseWriter, r *http.Request, countTokens bool) {
-	x := &exchange{s: s, r: r, w: w, req: request{start: time.Now()}}
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, ep endpoint) {
+	x := &exchange{s: s, r: r, w: w, req: request{ep: ep, start: time.Now()}}
 	x.startServerSpan(r.URL.Path)
 	defer x.finish()
-	if !x.readAndRewrite(countTokens) {
+	if !x.readAndRewrite(ep) {
 		return
 	}
 	switch {
-	case countTokens:
+	case ep != epMessages:
 		x.relayOnce()
 	case x.req.stream:
 		x.serveStream()
@@ -81,7 +78,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, countTokens bool)
 
 // readAndRewrite reads the body, finds the tenant and applies its policy.
 // It answers the client itself and returns false when the request stops here.
-func (x *exchange) readAndRewrite(countTokens bool) bool {
+func (x *exchange) readAndRewrite(ep endpoint) bool {
 	s, r, q := x.s, x.r, &x.req
 	if r.ContentLength > s.cfg.MaxBody {
 		x.fail(http.StatusRequestEntityTooLarge, "request_too_large",
@@ -119,11 +116,11 @@ func (x *exchange) readAndRewrite(countTokens bool) bool {
 	}
 	if pol != nil {
 		q.tenant = pol.Tenant
-		q.memory = pol.Memory.Mode == policy.MemoryProxy && !countTokens
+		q.memory = pol.Memory.Mode == policy.MemoryProxy && ep == epMessages
 		q.retry = retryPolicy{retries: pol.Upstream.Retries, base: pol.Upstream.RetryBaseDelay, max: pol.Upstream.RetryMaxDelay}
 	}
 	// A nil policy (no default.yaml) still validates the body and changes nothing.
-	parts, info, err := pol.RewriteParts(body, q.header, countTokens)
+	parts, info, err := rewriteFor(ep, pol, body, q.header)
 	if err != nil {
 		var re *policy.RequestError
 		if errors.As(err, &re) {
@@ -222,6 +219,7 @@ func (x *exchange) relayOnce() {
 		x.upstreamError(err)
 		return
 	}
+	x.recordCount(resp, body)
 	x.writeReply(resp, body)
 }
 

@@ -49,6 +49,7 @@ type Server struct {
 	log    *zap.Logger
 	up     *upstream
 	router *mux.Router
+	pass   http.Handler // the reverse proxy of passthrough routes (servePassthrough authenticates)
 }
 
 const (
@@ -87,7 +88,8 @@ func New(cfg Config) (*Server, error) {
 		log: cfg.Log,
 		up:  &upstream{base: cfg.Upstream, client: &http.Client{Transport: rt, CheckRedirect: noRedirect}},
 	}
-	s.router = s.routes(rt)
+	s.router = s.routes()
+	s.pass = s.tracePassthrough(s.passthrough(rt))
 	return s, nil
 }
 
@@ -114,9 +116,8 @@ func NewTransport(headerTimeout time.Duration) *http.Transport {
 
 func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
-
-func (s *Server) routes(rt http.RoundTripper) *mux.Router {
+// routes serves what is not under /v1/ (ServeHTTP in routes.go sends /v1/).
+func (s *Server) routes() *mux.Router {
 	r := mux.NewRouter()
 	r.SkipClean(true) // paths go upstream as they came
 	r.HandleFunc("/healthz", s.healthz).Methods(http.MethodGet, http.MethodHead)
@@ -131,9 +132,6 @@ func (s *Server) routes(rt http.RoundTripper) *mux.Router {
 			writeError(w, http.StatusNotFound, "not_found_error", "the admin endpoints are disabled; start ctxproxy with --admin-token to enable them")
 		})
 	}
-	r.HandleFunc("/v1/messages", s.messages).Methods(http.MethodPost)
-	r.HandleFunc("/v1/messages/count_tokens", s.countTokens).Methods(http.MethodPost)
-	r.PathPrefix("/v1/").Handler(s.tracePassthrough(s.authPassthrough(s.passthrough(rt))))
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})

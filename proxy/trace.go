@@ -175,22 +175,39 @@ func (s *Server) tracePassthrough(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, sp := t.StartServer(r, "/v1/*")
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r.WithContext(ctx))
-		sp.EndServer(sw.status, "")
+		status := sw.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		sp.EndServer(status, "")
 	})
 }
 
-// statusWriter remembers the status a handler wrote; Unwrap keeps flushing
+// statusWriter remembers the status a handler wrote (0 until it wrote one;
+// 1xx are interim) and the bytes of the body; Unwrap keeps flushing
 // (http.ResponseController) working through it.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	n      int64
 }
 
 func (w *statusWriter) WriteHeader(code int) {
-	w.status = code
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
 	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.n += int64(n)
+	return n, err
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

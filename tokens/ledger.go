@@ -36,6 +36,11 @@ type Call struct {
 	Compactions    int64
 	CompactionCost Money
 	PriceUnknown   bool // the model has no price: Cost and Savings are 0 but unknown
+	// CountTokens is set for a count_tokens call: what the API counted (input_tokens after the
+	// policy's edits, original_input_tokens before). Such a call is billed nothing: Usage, Cost
+	// and Savings stay zero and reports leave it out; the ledger keeps it so an operator sees
+	// what editing would save before a call is made.
+	CountTokens *CountTokens
 }
 
 // ClearedInputTokens sums cleared input tokens over the call's applied edits.
@@ -127,6 +132,19 @@ type record struct {
 	CostBreakdown     *breakdownRecord  `json:"cost_breakdown,omitempty"`
 	Compactions       int64             `json:"compactions,omitempty"`
 	CompactionCostUSD Money             `json:"compaction_cost_usd,omitempty"`
+	Endpoint          string            `json:"endpoint,omitempty"`
+	CountTokens       *countRecord      `json:"count_tokens,omitempty"`
+}
+
+// EndpointCountTokens is the ledger's "endpoint" of a count_tokens call.
+const EndpointCountTokens = "count_tokens"
+
+// countRecord is the count_tokens reply as the ledger keeps it, in the API's own shape.
+type countRecord struct {
+	InputTokens       int64 `json:"input_tokens"`
+	ContextManagement *struct {
+		OriginalInputTokens int64 `json:"original_input_tokens"`
+	} `json:"context_management"`
 }
 
 // iterationRecord is one usage.iterations entry of a ledger line, with its cost.
@@ -284,6 +302,20 @@ func AppendCall(b []byte, c *Call) []byte {
 		b = append(b, `,"compaction_cost_usd":`...)
 		b = c.CompactionCost.appendDecimal(b, -1)
 	}
+	if ct := c.CountTokens; ct != nil {
+		str("endpoint", EndpointCountTokens)
+		b = append(b, `,"count_tokens":{"input_tokens":`...)
+		b = strconv.AppendInt(b, ct.InputTokens, 10)
+		b = append(b, `,"context_management":`...)
+		if ct.HasOriginal {
+			b = append(b, `{"original_input_tokens":`...)
+			b = strconv.AppendInt(b, ct.OriginalInputTokens, 10)
+			b = append(b, '}')
+		} else {
+			b = append(b, "null"...)
+		}
+		b = append(b, '}')
+	}
 	return append(b, '}')
 }
 
@@ -391,6 +423,12 @@ func UnmarshalCall(line []byte) (Call, error) {
 		Cost: r.CostUSD, Savings: r.SavingsUSD, PriceUnknown: r.PriceUnknown,
 		ServiceTier: r.ServiceTier, Iterations: iterationsFromRecord(r.Iterations), Breakdown: breakdownFromRecord(r.CostBreakdown),
 		Compactions: r.Compactions, CompactionCost: r.CompactionCostUSD,
+	}
+	if ct := r.CountTokens; ct != nil {
+		c.CountTokens = &CountTokens{InputTokens: ct.InputTokens}
+		if ct.ContextManagement != nil {
+			c.CountTokens.OriginalInputTokens, c.CountTokens.HasOriginal = ct.ContextManagement.OriginalInputTokens, true
+		}
 	}
 	for _, raw := range r.AppliedEdits {
 		var e AppliedEdit

@@ -63,6 +63,10 @@ var PGSchema = pgmigrate.Schema{Name: "ledger", Versions: [][]string{
 			ADD COLUMN compactions              bigint NOT NULL DEFAULT 0,
 			ADD COLUMN compaction_cost_nano_usd bigint NOT NULL DEFAULT 0`,
 	},
+	// 4: count_tokens calls (NULL on Messages calls; original NULL when the reply had none).
+	{
+		`ALTER TABLE ctxproxy_ledger ADD COLUMN count_input_tokens bigint, ADD COLUMN count_original_input_tokens bigint`,
+	},
 }}
 
 // OpenPGLedger connects to url (a pgx connection string; search_path and other runtime
@@ -96,15 +100,24 @@ func (l *PGLedger) Append(ctx context.Context, c Call) error {
 		s := string(appendBreakdown(nil, c.Breakdown))
 		breakdown = &s
 	}
+	var countIn, countOrig *int64
+	if ct := c.CountTokens; ct != nil {
+		countIn = &ct.InputTokens
+		if ct.HasOriginal {
+			countOrig = &ct.OriginalInputTokens
+		}
+	}
 	_, err := l.pool.Exec(ctx, `INSERT INTO ctxproxy_ledger (time, tenant, model, request_id, message_id, stream, status,
 		input_tokens, output_tokens, cache_creation_input_tokens, cache_creation_1h_input_tokens, cache_read_input_tokens,
 		applied_edits, cleared_input_tokens, cost_nano_usd, savings_nano_usd, price_unknown, key_id, user_name,
-		web_search_requests, service_tier, iterations, cost_breakdown, compactions, compaction_cost_nano_usd)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25)`,
+		web_search_requests, service_tier, iterations, cost_breakdown, compactions, compaction_cost_nano_usd,
+		count_input_tokens, count_original_input_tokens)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27)`,
 		c.Time.UTC().Truncate(time.Microsecond), c.Tenant, c.Model, c.RequestID, c.MessageID, c.Stream, c.Status,
 		u.InputTokens, u.OutputTokens, u.CacheCreationInputTokens, u.CacheCreation1hInputTokens, u.CacheReadInputTokens,
 		string(edits), c.ClearedInputTokens(), int64(c.Cost), int64(c.Savings), c.PriceUnknown, c.KeyID, c.User,
-		u.WebSearchRequests, c.ServiceTier, its, breakdown, c.Compactions, int64(c.CompactionCost))
+		u.WebSearchRequests, c.ServiceTier, its, breakdown, c.Compactions, int64(c.CompactionCost),
+		countIn, countOrig)
 	if err != nil {
 		return fmt.Errorf("ledger append: %w", err)
 	}
@@ -123,7 +136,8 @@ func (l *PGLedger) Query(ctx context.Context, f Filter) ([]Call, error) {
 	rows, err := l.pool.Query(ctx, `SELECT time, tenant, model, request_id, message_id, stream, status,
 		input_tokens, output_tokens, cache_creation_input_tokens, cache_creation_1h_input_tokens, cache_read_input_tokens,
 		applied_edits::text, cost_nano_usd, savings_nano_usd, price_unknown, key_id, user_name,
-		web_search_requests, service_tier, iterations::text, cost_breakdown::text, compactions, compaction_cost_nano_usd
+		web_search_requests, service_tier, iterations::text, cost_breakdown::text, compactions, compaction_cost_nano_usd,
+		count_input_tokens, count_original_input_tokens
 		FROM ctxproxy_ledger
 		WHERE ($1 = '' OR tenant = $1) AND ($2::timestamptz IS NULL OR time >= $2) AND ($3::timestamptz IS NULL OR time < $3)
 		ORDER BY id`, f.Tenant, since, until)
@@ -136,11 +150,12 @@ func (l *PGLedger) Query(ctx context.Context, f Filter) ([]Call, error) {
 		var edits string
 		var its, breakdown *string
 		var cost, savings, compactionCost int64
+		var countIn, countOrig *int64
 		u := &c.Usage
 		if err := rows.Scan(&c.Time, &c.Tenant, &c.Model, &c.RequestID, &c.MessageID, &c.Stream, &c.Status,
 			&u.InputTokens, &u.OutputTokens, &u.CacheCreationInputTokens, &u.CacheCreation1hInputTokens, &u.CacheReadInputTokens,
 			&edits, &cost, &savings, &c.PriceUnknown, &c.KeyID, &c.User,
-			&u.WebSearchRequests, &c.ServiceTier, &its, &breakdown, &c.Compactions, &compactionCost); err != nil {
+			&u.WebSearchRequests, &c.ServiceTier, &its, &breakdown, &c.Compactions, &compactionCost, &countIn, &countOrig); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("query ledger: %w", err)
 		}
@@ -149,6 +164,12 @@ func (l *PGLedger) Query(ctx context.Context, f Filter) ([]Call, error) {
 		if err := readBreakdown(&c, its, breakdown); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("query ledger: %w", err)
+		}
+		if countIn != nil {
+			c.CountTokens = &CountTokens{InputTokens: *countIn}
+			if countOrig != nil {
+				c.CountTokens.OriginalInputTokens, c.CountTokens.HasOriginal = *countOrig, true
+			}
 		}
 		var raw []json.RawMessage
 		if err := json.Unmarshal([]byte(edits), &raw); err != nil {

@@ -38,6 +38,11 @@ func sampleCalls() []Call {
 			Breakdown:   CostBreakdown{Input: 15_000_000, Output: 7_500_000, CacheWrite5m: 187_500, CacheWrite1h: 200_000, WebSearch: 20_000_000, BatchDiscount: -11_443_750},
 			Cost:        31_443_750,
 			Compactions: 1, CompactionCost: 7_500_000},
+		// count_tokens calls: with and without original_input_tokens
+		{Time: t0.Add(30 * time.Hour), Tenant: "acme", Model: "claude-opus-4-8", RequestID: "req_5", Status: 200,
+			CountTokens: &CountTokens{InputTokens: 25000, OriginalInputTokens: 70000, HasOriginal: true}},
+		{Time: t0.Add(31 * time.Hour), Tenant: "acme", Model: "claude-opus-4-8", RequestID: "req_6", Status: 200,
+			CountTokens: &CountTokens{InputTokens: 12}},
 	}
 }
 
@@ -58,6 +63,22 @@ func TestMarshalCallLine(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(back, c) {
 		t.Errorf("round trip = %+v (%v)", back, err)
 	}
+	t.Run("a count_tokens call keeps the count in the API's shape, billed nothing", func(t *testing.T) {
+		for i, want := range []string{
+			`"price_unknown":false,"endpoint":"count_tokens","count_tokens":{"input_tokens":25000,"context_management":{"original_input_tokens":70000}}}`,
+			`"price_unknown":false,"endpoint":"count_tokens","count_tokens":{"input_tokens":12,"context_management":null}}`,
+		} {
+			c := sampleCalls()[4+i]
+			b, _ := MarshalCall(&c)
+			if !strings.HasSuffix(string(b), want) {
+				t.Errorf("line %s\nwant suffix %s", b, want)
+			}
+			back, err := UnmarshalCall(b)
+			if err != nil || !reflect.DeepEqual(back, c) {
+				t.Errorf("round trip = %+v (%v)", back, err)
+			}
+		}
+	})
 	if _, err := UnmarshalCall([]byte(`{"v":2,"time":"2026-01-01T00:00:00Z"}`)); err == nil {
 		t.Error("a newer record version was accepted")
 	}
@@ -472,6 +493,15 @@ func TestAppendCallMatchesTheRecordType(t *testing.T) {
 		if b := c.Breakdown; b != (CostBreakdown{}) {
 			r.CostBreakdown = &breakdownRecord{Input: b.Input, Output: b.Output, CacheWrite5m: b.CacheWrite5m, CacheWrite1h: b.CacheWrite1h,
 				CacheRead: b.CacheRead, WebSearch: b.WebSearch, BatchDiscount: b.BatchDiscount}
+		}
+		if ct := c.CountTokens; ct != nil {
+			r.Endpoint = EndpointCountTokens
+			r.CountTokens = &countRecord{InputTokens: ct.InputTokens}
+			if ct.HasOriginal {
+				r.CountTokens.ContextManagement = &struct {
+					OriginalInputTokens int64 `json:"original_input_tokens"`
+				}{ct.OriginalInputTokens}
+			}
 		}
 		var want bytes.Buffer
 		enc := json.NewEncoder(&want)

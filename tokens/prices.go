@@ -315,13 +315,3 @@ func (p *Prices) Price(c *Call) {
 	}
 	c.PriceUnknown = false
 }
-
-// CountTokensSavings is the estimated saving per call of the edits a count_tokens reply reports,
-// at model's input price; ok is false for an unknown model.
-func (p *Prices) CountTokensSavings(model string, ct CountTokens) (Money, bool) {
-	e, ok := p.Lookup(model)
-	if !ok {
-		return 0, false
-	}
-	return e.Price.Savings(ct.Cleared()), true
-}

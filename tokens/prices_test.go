@@ -182,15 +182,6 @@ func TestPriceCallToTheCent(t *testing.T) {
 			t.Errorf("sum = %s", sum)
 		}
 	})
-	t.Run("count_tokens savings", func(t *testing.T) {
-		s, ok := p.CountTokensSavings("claude-opus-4-8", CountTokens{InputTokens: 25000, OriginalInputTokens: 70000, HasOriginal: true})
-		if !ok || s.String() != "0.225" {
-			t.Errorf("savings %s ok %v", s, ok)
-		}
-		if _, ok := p.CountTokensSavings("nope", CountTokens{}); ok {
-			t.Error("unknown model priced")
-		}
-	})
 }
 
 func TestParsePricesErrors(t *testing.T) {

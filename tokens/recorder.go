@@ -107,7 +107,9 @@ func (r *Recorder) Record(ctx context.Context, c Call) Call {
 	if c.Time.IsZero() {
 		c.Time = time.Now()
 	}
-	r.CurrentPrices().Price(&c)
+	if c.CountTokens == nil {
+		r.CurrentPrices().Price(&c)
+	}
 	if r.Metrics != nil {
 		r.Metrics.ObserveCall(&c)
 	}

@@ -145,6 +145,9 @@ func BuildReport(calls []Call, groupBy string) Report {
 	rows := map[key]*Row{}
 	for i := range calls {
 		c := &calls[i]
+		if c.CountTokens != nil {
+			continue // a count, not a billed call
+		}
 		k := key{tenant: c.Tenant, group: groupOf(c, g)}
 		r := rows[k]
 		if r == nil {

@@ -1,0 +1,50 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// servePassthrough forwards a /v1/ request the policy does not rewrite
+// (models, batch reads, files…): after the caller is authenticated like a
+// Messages one (--require-known-tenant covers every route that reaches the
+// upstream), and with a log line like every other request.
+func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	c, refused := s.authenticate(r.Context(), r.Header)
+	tenant := "none"
+	if c.pol != nil {
+		tenant = c.pol.Tenant
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	switch {
+	case refused != nil:
+		writeError(sw, refused.status, refused.typ, refused.msg)
+	case !c.known && s.cfg.RequireKnownTenant:
+		writeError(sw, http.StatusUnauthorized, "authentication_error", "the API key matches no ctxproxy tenant")
+	case c.upstreamKey != "":
+		// The reverse proxy sends the tenant's own key instead (passthroughKey).
+		s.pass.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), callerKey{}, c.upstreamKey)))
+	default:
+		s.pass.ServeHTTP(sw, r)
+	}
+	if ce := s.log.Check(zap.InfoLevel, "request"); ce != nil {
+		status := sw.status
+		if status == 0 {
+			status = 499 // the client went away before an answer
+		}
+		ce.Write(
+			zap.String("tenant", tenant),
+			zap.String("key", c.keyID),
+			zap.String("method", r.Method),
+			zap.String("path", r.URL.Path),
+			zap.Bool("passthrough", true),
+			zap.Int("status", status),
+			zap.Duration("duration", time.Since(start)),
+			zap.Int64("bytes_out", sw.n),
+		)
+	}
+}

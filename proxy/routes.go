@@ -1,0 +1,139 @@
+package proxy
+
+import (
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+)
+
+// endpoint is a /v1/ route the policy applies to.
+type endpoint int
+
+const (
+	epMessages endpoint = iota
+	epCountTokens
+	epBatchCreate
+)
+
+// route is what the proxy does with a /v1/ request.
+type route struct {
+	ep          endpoint
+	policy      bool   // served by ep with the tenant's policy
+	passthrough bool   // forwarded untouched (after the tenant check)
+	path        string // the path to forward ("" keeps the request's own)
+	status      int    // refused with this status when neither of the above
+}
+
+// Paths of the Messages API the policy owns, and the one route under them
+// that a client may only POST to.
+const (
+	pathMessages    = "/v1/messages"
+	pathCountTokens = "/v1/messages/count_tokens"
+	pathBatches     = "/v1/messages/batches"
+)
+
+// maxUnescape bounds how many layers of percent-encoding classify peels.
+const maxUnescape = 4
+
+// classify decides what a request path is. The Messages API routes are
+// matched on every spelling an upstream or a load balancer in front of it
+// could take for them: any case, doubled or trailing slashes, dot segments,
+// backslashes and percent-encoding (also doubled). A path in the
+// /v1/messages namespace is either served as its canonical route, with the
+// policy, or forwarded under its canonical spelling (batch reads), or
+// refused with a 404: never forwarded as it came. ok is false for paths
+// outside /v1/, which the router serves.
+func classify(method, p string) (rt route, ok bool) {
+	canon := canonicalPath(p)
+	lower := strings.ToLower(canon)
+	if !strings.HasPrefix(lower, pathMessages) {
+		// Not the Messages API: /v1/ paths pass through as they came.
+		return route{passthrough: true}, strings.HasPrefix(p, "/v1/")
+	}
+	switch lower {
+	case pathMessages, pathCountTokens:
+		ep := epMessages
+		if lower == pathCountTokens {
+			ep = epCountTokens
+		}
+		switch method {
+		case http.MethodPost:
+			return route{ep: ep, policy: true, path: lower}, true
+		case http.MethodOptions: // CORS preflight: no body, nothing to rewrite
+			return route{passthrough: true, path: lower}, true
+		}
+		return route{status: http.StatusMethodNotAllowed}, true
+	case pathBatches:
+		if method == http.MethodPost {
+			return route{ep: epBatchCreate, policy: true, path: lower}, true
+		}
+		return route{passthrough: true, path: lower}, true // list batches
+	}
+	// Batch reads and actions carry a case-sensitive batch id: keep its case.
+	if rest, found := strings.CutPrefix(lower, pathBatches+"/"); found && batchSubpath(rest) {
+		return route{passthrough: true, path: pathBatches + canon[len(pathBatches):]}, true
+	}
+	return route{status: http.StatusNotFound}, true
+}
+
+// batchSubpath reports whether rest (after /v1/messages/batches/) is
+// "{id}", "{id}/cancel" or "{id}/results".
+func batchSubpath(rest string) bool {
+	id, action, _ := strings.Cut(rest, "/")
+	if id == "" || strings.IndexFunc(id, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-')
+	}) >= 0 {
+		return false
+	}
+	return action == "" || action == "cancel" || action == "results"
+}
+
+// canonicalPath is p with percent-encoding undone (up to maxUnescape
+// layers), backslashes as slashes, and dot segments, doubled and trailing
+// slashes removed.
+func canonicalPath(p string) string {
+	for range maxUnescape {
+		u, err := url.PathUnescape(p)
+		if err != nil || u == p {
+			break
+		}
+		p = u
+	}
+	p = strings.ReplaceAll(p, `\`, "/")
+	return path.Clean("/" + p)
+}
+
+// ServeHTTP sends /v1/ requests by classify and everything else (health,
+// metrics, admin) through the router.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rt, ok := classify(r.Method, r.URL.Path)
+	if !ok {
+		s.router.ServeHTTP(w, r)
+		return
+	}
+	if rt.path != "" && rt.path != r.URL.Path {
+		r = withPath(r, rt.path)
+	}
+	switch {
+	case rt.policy:
+		s.serve(w, r, rt.ep)
+	case rt.passthrough:
+		s.servePassthrough(w, r)
+	case rt.status == http.StatusMethodNotAllowed:
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, rt.status, "invalid_request_error", "method "+r.Method+" is not allowed on "+r.URL.Path+"; use POST")
+	default:
+		writeError(w, rt.status, "not_found_error", "no route for "+r.Method+" "+r.URL.Path)
+	}
+}
+
+// withPath is r for the canonical path p (what goes upstream and in logs).
+func withPath(r *http.Request, p string) *http.Request {
+	r2 := new(http.Request)
+	*r2 = *r
+	u := *r.URL
+	u.Path, u.RawPath = p, ""
+	r2.URL = &u
+	return r2
+}
