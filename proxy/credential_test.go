@@ -39,7 +39,7 @@ var forwardedRoutes = []struct {
 	{"messages", http.MethodPost, "/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`},
 	{"messages streamed", http.MethodPost, "/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":10,"stream":true,"messages":[{"role":"user","content":"hi"}]}`},
 	{"count_tokens", http.MethodPost, "/v1/messages/count_tokens", `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"hi"}]}`},
-	{"batches", http.MethodPost, "/v1/messages/batches", `{"requests":[]}`},
+	{"batches", http.MethodPost, "/v1/messages/batches", `{"requests":[{"custom_id":"a","params":{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}}]}`},
 	{"models", http.MethodGet, "/v1/models", ``},
 	{"any other route", http.MethodGet, "/v1/files", ``},
 }
