@@ -99,11 +99,12 @@ func (x *exchange) readAndRewrite(ep endpoint) bool {
 		return false
 	}
 	c, refused := s.authenticate(r.Context(), r.Header)
+	q.keyID = c.keyID // the refusal's log line says which key
 	if refused != nil {
 		x.fail(refused.status, refused.typ, refused.msg)
 		return false
 	}
-	q.keyID, q.user, q.upstreamKey = c.keyID, c.user, c.upstreamKey
+	q.user, q.upstreamKey = c.user, c.upstreamKey
 	pol, known := c.pol, c.known
 	if !known && s.cfg.RequireKnownTenant {
 		x.fail(http.StatusUnauthorized, "authentication_error", "the API key matches no ctxproxy tenant")

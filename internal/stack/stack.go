@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
+	"github.com/ctxproxy/ctxproxy/keys"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/ctxproxy/ctxproxy/policy"
 	"github.com/ctxproxy/ctxproxy/proxy"
@@ -84,6 +85,9 @@ type Stack struct {
 	Fake                   *fakeapi.API
 	FakeURL, ProxyURL      string // http://127.0.0.1:port
 	PoliciesDir, MemoryDir string
+	// Keys mints the ctxproxy keys (sk-ctx-…) the proxy accepts; they are
+	// kept in the Dir's keys.json.
+	Keys *keys.Keyring
 
 	proxyServer *http.Server
 	stops       []func() // in the order Close runs them
@@ -125,7 +129,13 @@ func Start(cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := proxy.New(proxy.Config{Upstream: up, Policies: pols, Memory: mem, Recorder: cfg.Recorder, Log: log})
+	keyStore, err := keys.OpenFileStore(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	s.Keys = keys.NewKeyring(keyStore)
+	s.stops = append(s.stops, func() { _ = keyStore.Close() })
+	srv, err := proxy.New(proxy.Config{Upstream: up, Policies: pols, Memory: mem, Recorder: cfg.Recorder, Log: log, Keys: s.Keys})
 	if err != nil {
 		return nil, err
 	}
