@@ -14,6 +14,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
 	"github.com/ctxproxy/ctxproxy/internal/stack"
+	"github.com/ctxproxy/ctxproxy/keys"
 )
 
 // Tenant keys. The SDK sends them as it sends a real key; ctxproxy finds the
@@ -21,6 +22,7 @@ import (
 const (
 	keyAgent  = "sk-ant-compat-go-agent"  // memory proxy, edits enforced
 	keyInject = "sk-ant-compat-go-inject" // memory inject
+	vaultKey  = "sk-ant-compat-go-vault"  // tenant vault's own key, held by ctxproxy
 )
 
 // policies: agent runs memory in the proxy and clears old tool uses as soon
@@ -46,6 +48,10 @@ memory:
 memory:
   mode: inject
 `),
+		// vault: ctxproxy holds its Anthropic key (a mounted secret file); its
+		// clients use ctxproxy keys.
+		"vault.yaml": "tenant: vault\nmemory:\n  mode: proxy\nupstream:\n  api_key_file: vault.key\n",
+		"vault.key":  vaultKey + "\n",
 	}
 }
 
@@ -53,6 +59,7 @@ type env struct {
 	fake     *fakeapi.API
 	proxyURL string
 	memDir   string
+	keys     *keys.Keyring // mints ctxproxy keys
 }
 
 // start runs a fake upstream and ctxproxy in front of it; both stop when the
@@ -64,7 +71,7 @@ func start(t *testing.T, opts ...fakeapi.Option) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	return &env{fake: s.Fake, proxyURL: s.ProxyURL, memDir: s.MemoryDir}
+	return &env{fake: s.Fake, proxyURL: s.ProxyURL, memDir: s.MemoryDir, keys: s.Keys}
 }
 
 // client is the official SDK pointed at ctxproxy, built exactly as the
