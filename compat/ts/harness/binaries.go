@@ -2,10 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/ctxproxy/ctxproxy/internal/binaries"
 	"github.com/ctxproxy/ctxproxy/internal/stack"
@@ -31,12 +36,14 @@ func runBinaries(ctx context.Context, info *ready, ctxproxyBin, fakeapiBin, root
 	}
 	procs = append(procs, fake)
 	info.Fake = "http://" + fake.Addr
+	adminToken := "compat-ts-admin-" + strconv.Itoa(os.Getpid())
 	px, err := startLogged(ctx, "ctxproxy listening", ctxproxyBin, "serve",
 		"--listen", "127.0.0.1:0",
 		"--upstream", info.Fake,
 		"--policies", info.Policies,
 		"--memory-dir", info.MemoryDir,
 		"--ledger", "file:"+filepath.Join(root, "ledger.jsonl"),
+		"--admin-token", adminToken,
 		"--log-level", "info")
 	if err != nil {
 		stopAll()
@@ -44,7 +51,37 @@ func runBinaries(ctx context.Context, info *ready, ctxproxyBin, fakeapiBin, root
 	}
 	procs = append(procs, px)
 	info.Proxy = "http://" + px.Addr
+	vault, err := mintKey(ctx, info.Proxy, adminToken)
+	if err != nil {
+		stopAll()
+		return nil, err
+	}
+	info.Keys = withKeys(vault)
 	return stopAll, nil
+}
+
+// mintKey mints the vault's ctxproxy key as an operator would: POST
+// /admin/keys with the admin token.
+func mintKey(ctx context.Context, proxyURL, adminToken string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, proxyURL+"/admin/keys",
+		strings.NewReader(`{"tenant":"vault","name":"compat-ts","user":"node"}`))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("mint key: %w", err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Key string `json:"key"`
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusCreated || json.Unmarshal(b, &out) != nil || out.Key == "" {
+		return "", fmt.Errorf("mint key: %d %s", resp.StatusCode, b)
+	}
+	return out.Key, nil
 }
 
 // startLogged runs bin until it logs readyMsg; its stdout goes to our

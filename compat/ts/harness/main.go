@@ -27,6 +27,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ctxproxy/ctxproxy/internal/stack"
+	ctxkeys "github.com/ctxproxy/ctxproxy/keys"
 )
 
 // Tenant keys the node tests use (not real keys; the fake accepts any).
@@ -61,7 +62,24 @@ memory:
 memory:
   mode: inject
 `),
+		// vault: ctxproxy holds its Anthropic key (a mounted secret file); its
+		// clients get ctxproxy keys (keys["vault"], minted at start).
+		"vault.yaml": "tenant: vault\nmemory:\n  mode: proxy\nupstream:\n  api_key_file: vault.key\n",
+		"vault.key":  vaultUpstreamKey + "\n",
 	}
+}
+
+// vaultUpstreamKey is tenant vault's own key: what the fake must see for
+// every request made with the vault's ctxproxy key.
+const vaultUpstreamKey = "sk-ant-compat-ts-vault"
+
+// withKeys is keys plus the vault's minted ctxproxy key.
+func withKeys(vault string) map[string]string {
+	out := map[string]string{"vault": vault}
+	for k, v := range keys {
+		out[k] = v
+	}
+	return out
 }
 
 type ready struct {
@@ -71,6 +89,8 @@ type ready struct {
 	MemoryDir string            `json:"memory_dir"`
 	Policies  string            `json:"policies_dir"`
 	Keys      map[string]string `json:"keys"`
+	// VaultUpstreamKey is the key upstream gets for keys["vault"].
+	VaultUpstreamKey string `json:"vault_upstream_key"`
 }
 
 func main() {
@@ -94,7 +114,7 @@ func run() error {
 		if bin == "" || fbin == "" {
 			return errors.New("set both CTXPROXY_BIN and FAKEAPI_BIN, or neither")
 		}
-		info := ready{Mode: "binaries", Keys: keys}
+		info := ready{Mode: "binaries", VaultUpstreamKey: vaultUpstreamKey}
 		if info.Policies, info.MemoryDir, err = stack.Layout(root, policies()); err != nil {
 			return err
 		}
@@ -115,7 +135,12 @@ func run() error {
 		return err
 	}
 	defer s.Close()
-	return serveUntilDone(ctx, ready{Mode: "in-process", Proxy: s.ProxyURL, Fake: s.FakeURL, MemoryDir: s.MemoryDir, Policies: s.PoliciesDir, Keys: keys})
+	_, vault, err := s.Keys.Create(ctx, ctxkeys.Spec{Tenant: "vault", Name: "compat-ts", User: "node"})
+	if err != nil {
+		return err
+	}
+	return serveUntilDone(ctx, ready{Mode: "in-process", Proxy: s.ProxyURL, Fake: s.FakeURL, MemoryDir: s.MemoryDir, Policies: s.PoliciesDir,
+		Keys: withKeys(vault), VaultUpstreamKey: vaultUpstreamKey})
 }
 
 // serveUntilDone announces info and waits for the parent to close our stdin
