@@ -52,6 +52,10 @@ const (
 	// cliPackage is the npm package of the Claude Code CLI.
 	cliPackage = "@anthropic-ai/claude-code"
 
+	// vaultUpstreamKey is tenant cc-vault's own key, held by ctxproxy.
+	vaultUpstreamKey = "sk-ant-compat-claude-code-vault"
+	adminToken       = "compat-claude-code-admin"
+
 	bashID   = "toolu_cc_bash"
 	memoryID = "toolu_cc_memory"
 )
@@ -85,14 +89,17 @@ const (
 )
 
 type ccCase struct {
-	name      string
-	key       string
-	tenant    string // names the tenant's folder in the memory store
-	shape     shape
-	compress  bool     // the fake compresses its replies
-	bearer    bool     // the key goes as ANTHROPIC_AUTH_TOKEN (Authorization: Bearer)
-	env       []string // extra environment for Claude Code
-	wantEdits string   // "client": Claude Code's own stand; "tenant": the tenant's
+	name     string
+	key      string
+	tenant   string // names the tenant's folder in the memory store
+	shape    shape
+	compress bool // the fake compresses its replies
+	bearer   bool // the key goes as ANTHROPIC_AUTH_TOKEN (Authorization: Bearer)
+	// upstreamKey, when set, is the tenant's own key that the upstream must
+	// get in place of the client's (a ctxproxy key).
+	upstreamKey string
+	env         []string // extra environment for Claude Code
+	wantEdits   string   // "client": Claude Code's own stand; "tenant": the tenant's
 	// tenantEdits, when set, is the exact edits array expected upstream.
 	tenantEdits string
 }
@@ -120,8 +127,10 @@ func TestClaudeCode(t *testing.T) {
 		"--policies", polDir,
 		"--memory-dir", memDir,
 		"--ledger", "file:"+filepath.Join(root, "ledger.jsonl"),
+		"--admin-token", adminToken,
 		"--log-level", "info")
 	taps := taps{client: startTap(t, "http://"+proxyAddr, false), upstream: upTap}
+	vaultKey := mintKey(ctx, t, "http://"+proxyAddr)
 	fake := fakeControl{base: "http://" + fakeAddr}
 
 	cases := []ccCase{
@@ -133,6 +142,8 @@ func TestClaudeCode(t *testing.T) {
 			key: keyDefault, tenant: "cc-default", shape: loop, compress: true, wantEdits: "client"},
 		{name: "a Bearer token (ANTHROPIC_AUTH_TOKEN) finds the tenant and is forwarded as it came",
 			key: keyEnforce, tenant: "claude-code", shape: mixed, bearer: true, wantEdits: "tenant"},
+		{name: "a ctxproxy key as ANTHROPIC_AUTH_TOKEN: the upstream gets the tenant's own key instead",
+			key: vaultKey, tenant: "cc-vault", shape: loop, bearer: true, upstreamKey: vaultUpstreamKey, wantEdits: "client"},
 		{name: "experimental betas off: the proxy adds the context-management beta and the tenant's edits",
 			key: keyDefault, tenant: "cc-default", shape: mixed, wantEdits: "tenant", tenantEdits: tenantDefaultEdits,
 			env: []string{"CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS=1"}},
@@ -415,7 +426,12 @@ func checkUpstream(t *testing.T, c ccCase, first *exchange, ups []fakeapi.Reques
 			t.Errorf("%s: query %q, want beta=true", what, u.Query)
 		}
 		apiKey, auth := u.Header.Get("X-Api-Key"), u.Header.Get("Authorization")
-		if c.bearer && (auth != "Bearer "+c.key || apiKey != "") || !c.bearer && (apiKey != c.key || auth != "") {
+		switch {
+		case c.upstreamKey != "":
+			if apiKey != c.upstreamKey || auth != "" {
+				t.Errorf("%s: x-api-key %q, authorization %q, want the tenant's own key as x-api-key only", what, apiKey, auth)
+			}
+		case c.bearer && (auth != "Bearer "+c.key || apiKey != "") || !c.bearer && (apiKey != c.key || auth != ""):
 			t.Errorf("%s: x-api-key %q, authorization %q, want the client's credential as it came", what, apiKey, auth)
 		}
 		got := slices.Clone(u.Betas)
@@ -594,7 +610,17 @@ memory:
   mode: proxy
 `),
 		"claude-code.yaml": strings.Replace(string(example), exampleKeyHash, stack.KeyHash(keyEnforce), 1),
-		"prices.yaml":      string(prices),
+		// cc-vault: ctxproxy holds its Anthropic key; Claude Code gets a ctxproxy key.
+		"cc-vault.yaml": `context_management:
+  mode: default
+memory:
+  mode: proxy
+upstream:
+  api_key_file: cc-vault.key
+tenant: cc-vault
+`,
+		"cc-vault.key": vaultUpstreamKey + "\n",
+		"prices.yaml":  string(prices),
 	}
 	policiesDir, memoryDir, err = stack.Layout(root, files)
 	if err != nil {
@@ -687,4 +713,27 @@ func runsVersion(ctx context.Context, bin, want string) error {
 		return fmt.Errorf("claude --version printed %q, want %s", bytes.TrimSpace(out), want)
 	}
 	return nil
+}
+
+// mintKey mints a ctxproxy key of tenant cc-vault as an operator would, with
+// POST /admin/keys.
+func mintKey(ctx context.Context, t *testing.T, proxyURL string) string {
+	t.Helper()
+	req, err := newRequest(ctx, http.MethodPost, proxyURL+"/admin/keys", []byte(`{"tenant":"cc-vault","name":"claude-code","user":"dev"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Key string `json:"key"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusCreated || !strings.HasPrefix(out.Key, "sk-ctx-") {
+		t.Fatalf("mint key: %d %v", resp.StatusCode, err)
+	}
+	return out.Key
 }
