@@ -33,7 +33,7 @@ type Result struct {
 func Exec(ctx context.Context, st Store, sc Scope, input []byte) Result {
 	r := execute(ctx, st, sc, input)
 	if r.Command != "view" || r.IsError { // a view's formatter cuts it, with a note on how to see the rest
-		r.Content = Bound(r.Content, sc.Limits.OrDefaults().MaxViewChars)
+		r.Content = bound(r.Content, sc.Limits.OrDefaults().MaxViewChars)
 	}
 	return r
 }

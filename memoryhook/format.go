@@ -277,11 +277,11 @@ func utf16Key(r rune) int {
 	return int(r)
 }
 
-// Bound cuts a tool_result longer than maxChars characters to maxChars and
+// bound cuts a tool_result longer than maxChars characters to maxChars and
 // says so, so that no result (an error quoting a long old_str, a listing of
 // every matching line, a snippet of a long line) can push the next request
 // past the API's size limits.
-func Bound(s string, maxChars int) string {
+func bound(s string, maxChars int) string {
 	if len(s) <= maxChars { // bytes ≥ characters
 		return s
 	}
