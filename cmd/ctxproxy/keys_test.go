@@ -72,7 +72,7 @@ var e2eRoutes = []struct{ name, method, path, body string }{
 	{"messages", "POST", "/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`},
 	{"messages streamed", "POST", "/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":10,"stream":true,"messages":[{"role":"user","content":"hi"}]}`},
 	{"count_tokens", "POST", "/v1/messages/count_tokens", `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"hi"}]}`},
-	{"batches", "POST", "/v1/messages/batches", `{"requests":[]}`},
+	{"batches", "POST", "/v1/messages/batches", `{"requests":[{"custom_id":"a","params":{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}}]}`},
 	{"models", "GET", "/v1/models", ``},
 	{"any other route", "GET", "/v1/files", ``},
 }
