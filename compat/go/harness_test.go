@@ -23,6 +23,9 @@ const (
 	keyAgent  = "sk-ant-compat-go-agent"  // memory proxy, edits enforced
 	keyInject = "sk-ant-compat-go-inject" // memory inject
 	vaultKey  = "sk-ant-compat-go-vault"  // tenant vault's own key, held by ctxproxy
+	// keyUnthread is agent's policy with context_management.threads left at
+	// its default, unthread_edits (agent says threads: pass).
+	keyUnthread = "sk-ant-compat-go-unthread"
 )
 
 // policies: agent runs memory in the proxy and clears old tool uses as soon
@@ -34,6 +37,17 @@ func policies() map[string]string {
 		"agent.yaml": stack.TenantPolicy("agent", keyAgent, `context_management:
   mode: enforce
   threads: pass
+  clear_thinking:
+    keep: all
+  clear_tool_uses:
+    trigger: { type: tool_uses, value: 2 }
+    keep: { type: tool_uses, value: 1 }
+memory:
+  mode: proxy
+  max_iterations: 6
+`),
+		"unthread.yaml": stack.TenantPolicy("unthread", keyUnthread, `context_management:
+  mode: enforce
   clear_thinking:
     keep: all
   clear_tool_uses:

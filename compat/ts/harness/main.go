@@ -34,6 +34,8 @@ import (
 var keys = map[string]string{
 	"agent":  "sk-ant-compat-ts-agent",  // memory proxy, context editing enforced
 	"inject": "sk-ant-compat-ts-inject", // memory inject: the client runs memory
+	// agent's policy with context_management.threads at its default, unthread_edits
+	"unthread": "sk-ant-compat-ts-unthread",
 }
 
 // The agent tenant clears old tool uses once there are more than two, so a
@@ -44,6 +46,17 @@ func policies() map[string]string {
 		"agent.yaml": stack.TenantPolicy("agent", keys["agent"], `context_management:
   mode: enforce
   threads: pass
+  clear_thinking:
+    keep: all
+  clear_tool_uses:
+    trigger: { type: tool_uses, value: 2 }
+    keep: { type: tool_uses, value: 1 }
+memory:
+  mode: proxy
+  max_iterations: 8
+`),
+		"unthread.yaml": stack.TenantPolicy("unthread", keys["unthread"], `context_management:
+  mode: enforce
   clear_thinking:
     keep: all
   clear_tool_uses:
