@@ -31,6 +31,9 @@ const (
 	demoKey    = "sk-ctxproxy-demo-key" // not a real key; the fake accepts any
 	demoTenant = "demo"
 	demoModel  = "claude-sonnet-4-5"
+	// demoCompactModel compacts (claude-sonnet-4-5 does not: the policy gives
+	// it no compact edit).
+	demoCompactModel = "claude-sonnet-4-6"
 )
 
 // demoPolicy (the demo tenant's policy below its tenant and key lines):
@@ -42,6 +45,8 @@ const demoPolicy = `context_management:
   clear_tool_uses:
     trigger: { type: tool_uses, value: 2 }
     keep: { type: tool_uses, value: 1 }
+  compact:
+    trigger: { type: input_tokens, value: 50000 }
 memory:
   mode: proxy
   max_iterations: 5
@@ -127,7 +132,8 @@ func demo(ctx context.Context, o demoOptions, out, logOut io.Writer) error {
 	p.f("  fake upstream  %s (answers as a scripted model would)\n", fakeURL)
 	p.f("  ctxproxy       %s\n", proxyURL)
 	p.f("  tenant         %s: memory.mode proxy (ctxproxy runs the memory tool), context editing enforced:\n", demoTenant)
-	p.f("                 clear_tool_uses once the prompt holds more than 2 tool uses, keeping the last 1\n")
+	p.f("                 clear_tool_uses once the prompt holds more than 2 tool uses, keeping the last 1,\n")
+	p.f("                 and server-side compaction (compact_20260112) past 50,000 input tokens, for models that compact\n")
 	p.f("  memory folder  %s\n", filepath.Join(memDir, demoTenant))
 	p.f("  prices         %s\n", pricesFrom)
 	p.f("Your agent would only change its base URL to %s.\n", proxyURL)
@@ -137,6 +143,10 @@ func demo(ctx context.Context, o demoOptions, out, logOut io.Writer) error {
 		return err
 	}
 	if err := c.conversation(ctx, "Conversation 2: a new conversation; the agent books a flight and recalls the preference from memory", demoConv2Prompt); err != nil {
+		return err
+	}
+	c.model = demoCompactModel
+	if err := c.conversation(ctx, "Conversation 3: a long log investigation on "+demoCompactModel+"; past 50,000 input tokens the API compacts it", demoConv3Prompt); err != nil {
 		return err
 	}
 
@@ -169,6 +179,14 @@ func demo(ctx context.Context, o demoOptions, out, logOut io.Writer) error {
 	}
 	if len(c.edits) > 0 {
 		p.f("  total: %d tool uses, %s input tokens the model did not have to read again\n", clearedUses, demoCommas(clearedTokens))
+	}
+	p.f("\nCompactions (a compaction block first in the reply, its cost in usage.iterations):\n")
+	if len(c.compactions) == 0 {
+		p.f("  (none)\n")
+	}
+	for _, cp := range c.compactions {
+		p.f("  step %-2d the API summarized %s input tokens into %s output tokens; the next request read %s\n",
+			cp.step, demoCommas(cp.in), demoCommas(cp.out), demoCommas(cp.next))
 	}
 
 	// Cost report from the ledger ctxproxy wrote.
@@ -221,6 +239,7 @@ func demoLoadPrices(path string) (*tokens.Prices, string, error) {
 const (
 	demoConv1Prompt = "I always want a window seat and vegetarian meals when I fly. Please remember that."
 	demoConv2Prompt = "Book me a flight from Paris to Tokyo next Friday."
+	demoConv3Prompt = "Our nightly batch job keeps failing. Find out why from the logs and open a ticket."
 )
 
 // demoStep is one model turn; marker names the tool call that shows the turn
@@ -230,9 +249,18 @@ type demoStep struct {
 	reply  fakeapi.Reply
 }
 
-func demoSteps(conv2 bool) []demoStep {
+func demoSteps(conv int) []demoStep {
 	blocks := func(b ...json.RawMessage) fakeapi.Reply { return fakeapi.Reply{Content: b} }
-	if !conv2 {
+	if conv == 3 {
+		return []demoStep{
+			{"read_logs", blocks(fakeapi.Text("Reading last week's batch logs."), fakeapi.ToolUse("", "read_logs", map[string]string{"job": "nightly-batch"}))},
+			{"grep_errors", blocks(fakeapi.Text("Lots of noise. Pulling out the errors."), fakeapi.ToolUse("", "grep_errors", map[string]string{"job": "nightly-batch"}))},
+			{"open_ticket", blocks(fakeapi.Text("Every failure is the disk filling up at 03:00. Opening a ticket."),
+				fakeapi.ToolUse("", "open_ticket", map[string]string{"title": "nightly-batch: rotate logs before 03:00, disk fills up"}))},
+			{"", blocks(fakeapi.Text("Ticket OPS-4521 is open: the nightly batch fails when /var fills up at 03:00; rotating the logs daily fixes it."))},
+		}
+	}
+	if conv != 2 {
 		return []demoStep{
 			{"memory view /memories", blocks(fakeapi.Text("Let me check what I already know about you."), fakeapi.MemoryView("/memories"))},
 			{"memory create /memories/preferences.md", blocks(fakeapi.MemoryCreate("/memories/preferences.md",
@@ -268,7 +296,8 @@ func demoAgent(r *fakeapi.Request) fakeapi.Reply {
 	if first.IsArray() {
 		firstText = first.Get("0.text").Str
 	}
-	steps := demoSteps(firstText == demoConv2Prompt)
+	conv := map[string]int{demoConv2Prompt: 2, demoConv3Prompt: 3}[firstText]
+	steps := demoSteps(conv)
 	seen := map[string]bool{}
 	for _, m := range r.Messages {
 		gjson.GetBytes(m, "content").ForEach(func(_, b gjson.Result) bool {
@@ -300,7 +329,10 @@ var demoTools = json.RawMessage(`[
  {"name":"search_flights","description":"Search flights","input_schema":{"type":"object","properties":{"from":{"type":"string"},"to":{"type":"string"},"date":{"type":"string"}}}},
  {"name":"seat_map","description":"Free seats of a flight","input_schema":{"type":"object","properties":{"flight":{"type":"string"}}}},
  {"name":"meal_options","description":"Meals of a flight","input_schema":{"type":"object","properties":{"flight":{"type":"string"}}}},
- {"name":"book_flight","description":"Book a seat","input_schema":{"type":"object","properties":{"flight":{"type":"string"},"seat":{"type":"string"},"meal":{"type":"string"}}}}
+ {"name":"book_flight","description":"Book a seat","input_schema":{"type":"object","properties":{"flight":{"type":"string"},"seat":{"type":"string"},"meal":{"type":"string"}}}},
+ {"name":"read_logs","description":"A job's logs","input_schema":{"type":"object","properties":{"job":{"type":"string"}}}},
+ {"name":"grep_errors","description":"A job's error lines","input_schema":{"type":"object","properties":{"job":{"type":"string"}}}},
+ {"name":"open_ticket","description":"Open an ops ticket","input_schema":{"type":"object","properties":{"title":{"type":"string"}}}}
 ]`)
 
 // demoToolResult is what the agent's own tools answer: long listings, the
@@ -322,6 +354,16 @@ func demoToolResult(name string) string {
 		}
 	case "book_flight":
 		b.WriteString("Booking confirmed: AF276, seat 23A (window), meal VGML. Record locator Q7XK2P.")
+	case "read_logs": // about 40,000 tokens: a week of a chatty job
+		for i := 0; i < 1600; i++ {
+			fmt.Fprintf(&b, "2026-11-%02d 0%d:%02d:%02d nightly-batch worker-%d processed chunk %05d of 20000 (%d records, %d ms)\n", 20+i%7, i%4, i%60, (i*7)%60, i%8, i, 500+i%97, 40+i%300)
+		}
+	case "grep_errors": // about 15,000 tokens
+		for i := 0; i < 500; i++ {
+			fmt.Fprintf(&b, "2026-11-%02d 03:%02d:%02d nightly-batch worker-%d ERROR write /var/spool/batch/chunk-%05d: no space left on device\n", 20+i%7, i%60, (i*13)%60, i%8, i)
+		}
+	case "open_ticket":
+		b.WriteString("Ticket OPS-4521 opened.")
 	default:
 		b.WriteString("unknown tool")
 	}
@@ -335,11 +377,21 @@ type demoEdit struct {
 }
 
 type demoClient struct {
-	base  string
-	fake  *fakeapi.API
-	p     *demoPrinter
-	step  int
-	edits []demoEdit
+	base        string
+	model       string // "" is demoModel
+	fake        *fakeapi.API
+	p           *demoPrinter
+	step        int
+	edits       []demoEdit
+	compactions []demoCompaction
+}
+
+// demoCompaction is one compaction the API ran: what it read and wrote, and
+// what the next request then cost to read.
+type demoCompaction struct {
+	step           int
+	in, out, next  int64
+	awaitingNextIn bool
 }
 
 // conversation runs one agent conversation to its end: it sends the user's
@@ -355,7 +407,11 @@ func (c *demoClient) conversation(ctx context.Context, title, prompt string) err
 		if reqs := c.fake.Requests(); len(reqs) > 0 {
 			seq = reqs[len(reqs)-1].Seq
 		}
-		body := demoJSON(map[string]any{"model": demoModel, "max_tokens": 1024, "tools": demoTools, "messages": msgs})
+		model := c.model
+		if model == "" {
+			model = demoModel
+		}
+		body := demoJSON(map[string]any{"model": model, "max_tokens": 1024, "tools": demoTools, "messages": msgs})
 		reply, err := c.post(ctx, body)
 		if err != nil {
 			return err
@@ -389,9 +445,12 @@ func (c *demoClient) conversation(ctx context.Context, title, prompt string) err
 				return true
 			})
 		}
+		c.noteCompaction(reply)
 		var calls []gjson.Result
 		gjson.GetBytes(reply, "content").ForEach(func(_, b gjson.Result) bool {
 			switch b.Get("type").Str {
+			case "compaction":
+				c.p.f("    compaction: the API replaced the history with a summary: %s\n", b.Get("content").Str)
 			case "text":
 				c.p.f("    assistant: %s\n", b.Get("text").Str)
 			case "tool_use":
@@ -415,6 +474,22 @@ func (c *demoClient) conversation(ctx context.Context, title, prompt string) err
 		msgs = append(msgs, demoJSON(map[string]any{"role": "user", "content": results}))
 	}
 	return errors.New("the conversation did not end within 10 turns")
+}
+
+// noteCompaction records a compaction the reply reports in usage.iterations,
+// and the input of the request after the last one.
+func (c *demoClient) noteCompaction(reply []byte) {
+	if n := len(c.compactions); n > 0 && c.compactions[n-1].awaitingNextIn {
+		c.compactions[n-1].next = gjson.GetBytes(reply, "usage.input_tokens").Int()
+		c.compactions[n-1].awaitingNextIn = false
+	}
+	gjson.GetBytes(reply, "usage.iterations").ForEach(func(_, it gjson.Result) bool {
+		if it.Get("type").Str == "compaction" {
+			c.compactions = append(c.compactions, demoCompaction{step: c.step, in: it.Get("input_tokens").Int(),
+				out: it.Get("output_tokens").Int(), awaitingNextIn: true})
+		}
+		return true
+	})
 }
 
 func (c *demoClient) post(ctx context.Context, body []byte) ([]byte, error) {

@@ -38,8 +38,15 @@ func TestDemoShowsMemoryFilesEditsAndCost(t *testing.T) {
 		"context editing: clear_tool_uses_20250919 cleared 2 old tool uses",
 		"context editing: clear_tool_uses_20250919 cleared 3 old tool uses",
 		"total: 5 tool uses,",
+		// compaction: only on the model that compacts, past the trigger, its block sent back
+		"Conversation 3: a long log investigation on claude-sonnet-4-6",
+		"compaction: the API replaced the history with a summary: <summary>Summary of 5 earlier messages",
+		"step 9  the API summarized 52,898 input tokens into",
+		"Ticket OPS-4521 is open",
+		"demo    claude-sonnet-4-6      4",
+		"COMPACTIONS  COMPACTION_USD",
 		// the cost report table
-		"Cost report (9 upstream calls, from the ledger ctxproxy wrote):",
+		"Cost report (13 upstream calls, from the ledger ctxproxy wrote):",
 		"COST_USD",
 		"demo    claude-sonnet-4-5      9",
 		"removed; keep them with --dir DIR",
@@ -73,7 +80,7 @@ func TestDemoKeepsItsFilesWithDir(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var lines, withEdits int
+		var lines, withEdits, compactions int
 		sc := bufio.NewScanner(f)
 		sc.Buffer(nil, 1<<20)
 		for sc.Scan() {
@@ -81,10 +88,14 @@ func TestDemoKeepsItsFilesWithDir(t *testing.T) {
 			if gjson.GetBytes(sc.Bytes(), "applied_edits.#").Int() > 0 {
 				withEdits++
 			}
+			if gjson.GetBytes(sc.Bytes(), "compactions").Int() == 1 && gjson.GetBytes(sc.Bytes(), "compaction_cost_usd").Float() > 0 &&
+				gjson.GetBytes(sc.Bytes(), "iterations.0.type").Str == "compaction" {
+				compactions++
+			}
 		}
 		f.Close()
-		if lines != 9 || withEdits != 2 {
-			t.Errorf("run %d: ledger has %d calls, %d with edits; want 9 and 2", run, lines, withEdits)
+		if lines != 13 || withEdits != 2 || compactions != 1 {
+			t.Errorf("run %d: ledger has %d calls, %d with edits, %d compacted; want 13, 2 and 1", run, lines, withEdits, compactions)
 		}
 	}
 }

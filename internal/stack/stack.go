@@ -39,6 +39,11 @@ const ListPrices = `models:
     output: 15
     cache_write: 3.75
     cache_read: 0.30
+  - prefix: claude-sonnet-4-6
+    input: 3
+    output: 15
+    cache_write: 3.75
+    cache_read: 0.30
 `
 
 // KeyHash is the sha256 hex of an API key, as api_keys_sha256 lists it.
