@@ -29,7 +29,9 @@ func newAPI(t *testing.T, auth Auth) (*httptest.Server, *keys.Keyring) {
 		w.Write([]byte(`{"tenant":"` + r.URL.Query().Get("tenant") + `"}`))
 	})
 	srv := httptest.NewServer(New(Config{Auth: auth, Keys: ring, Report: report,
-		Tenant: func(name string) (bool, bool) { return name == "acme" || name == "plain" || name == "beta", name != "plain" }}))
+		Tenant: func(name string) (bool, bool) {
+			return name == "acme" || name == "plain" || name == "beta", name != "plain"
+		}}))
 	t.Cleanup(srv.Close)
 	return srv, ring
 }
@@ -140,10 +142,15 @@ func TestKeyAPI(t *testing.T) {
 			t.Fatalf("%d %s", st, b)
 		}
 	})
-	t.Run("without any token the API is disabled: 404", func(t *testing.T) {
-		off, _ := newAPI(t, Auth{})
-		if st, b := call(t, off, adminToken, "GET", "/admin/keys?tenant=acme", ""); st != 404 || gjson.Get(b, "error.type").Str != "not_found_error" {
-			t.Fatalf("%d %s", st, b)
-		}
-	})
+	for name, auth := range map[string]Auth{
+		"without any token the API is disabled: 404":             {},
+		"with an operator lookup but no operator token yet, too": {Operator: auth.Operator, HasOperators: func() bool { return false }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			off, _ := newAPI(t, auth)
+			if st, b := call(t, off, operatorToken, "GET", "/admin/keys?tenant=acme", ""); st != 404 || gjson.Get(b, "error.type").Str != "not_found_error" {
+				t.Fatalf("%d %s", st, b)
+			}
+		})
+	}
 }

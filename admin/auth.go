@@ -27,11 +27,19 @@ type Auth struct {
 	// Operator finds a tenant's operator token (e.g. listed by its sha256 in
 	// the tenant's policy); nil when there are none.
 	Operator func(token string) (Principal, bool)
+	// HasOperators says whether any operator token exists now (policies
+	// reload); nil means Operator alone decides.
+	HasOperators func() bool
 }
 
 // enabled says whether any token can authorise: without one, /admin answers
 // 404, so no endpoint is ever open by omission.
-func (a Auth) enabled() bool { return a.AdminToken != "" || a.Operator != nil }
+func (a Auth) enabled() bool {
+	if a.AdminToken != "" {
+		return true
+	}
+	return a.Operator != nil && (a.HasOperators == nil || a.HasOperators())
+}
 
 // Authorize finds the principal of r from its token: Authorization: Bearer,
 // x-admin-token, or x-api-key (so an SDK given the token as its API key works).

@@ -60,6 +60,13 @@ func adminHandler(cfg *config, ledger tokens.Ledger, ring *keys.Keyring, pols *p
 				return admin.Principal{}, false
 			}
 			return admin.Principal{Tenant: p.Tenant, Name: name}, true
+		}, HasOperators: func() bool {
+			for _, p := range pols.Current().Tenants() {
+				if len(p.OperatorTokens) > 0 {
+					return true
+				}
+			}
+			return false
 		}},
 		Report: tokens.NewReportHandler(ledger, tokens.WithLogger(log)),
 		Keys:   ring,
