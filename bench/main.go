@@ -22,7 +22,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -193,7 +192,6 @@ type runner struct {
 	c       config
 	work    string
 	polDir  string
-	prices  string
 	bin     string // the ctxproxy binary
 	bodies  map[string][]byte
 	cells   []*cell
@@ -219,9 +217,6 @@ func run(c config) (string, error) {
 		if err := os.WriteFile(filepath.Join(r.polDir, name), []byte(body), 0o644); err != nil {
 			return "", err
 		}
-	}
-	if r.prices = findPrices(); r.prices == "" {
-		return "", errors.New("policies/prices.yaml not found: run the bench inside the repository")
 	}
 	// The rows measure the real binary, built once for the run.
 	r.bin = filepath.Join(r.work, "ctxproxy")
@@ -325,19 +320,6 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// findPrices looks for policies/prices.yaml from the working directory up.
-func findPrices() string {
-	dir, _ := os.Getwd()
-	for range 6 {
-		p := filepath.Join(dir, "policies", "prices.yaml")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-		dir = filepath.Dir(dir)
-	}
-	return ""
-}
-
 // servers starts the fake and the row's server; srv is the process under
 // test (the fake itself for the direct row).
 func (r *runner) servers(row rowSpec, tag string) (fake, srv *child, err error) {
@@ -361,7 +343,7 @@ func (r *runner) servers(row rowSpec, tag string) (fake, srv *child, err error) 
 		}
 		srv, err = startCtxproxy(r.work, tag+"-ctxproxy", r.bin, "--upstream", fake.url(), "--policies", r.polDir,
 			"--memory-dir", filepath.Join(dir, "memories"), "--ledger", "file:"+filepath.Join(dir, "ledger.jsonl"),
-			"--prices", r.prices, "--log-level", lvl, "--shutdown-grace", "3s")
+			"--log-level", lvl, "--shutdown-grace", "3s")
 	}
 	if err != nil {
 		fake.stop()

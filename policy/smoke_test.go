@@ -35,6 +35,9 @@ func TestShippedExamplesParse(t *testing.T) {
 		t.Fatal("no *.yaml.example in policies/")
 	}
 	for _, f := range files {
+		if filepath.Base(f) == PricesFile+".example" {
+			continue // the price table's example, held parseable by package tokens
+		}
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)

@@ -28,6 +28,18 @@ type Store struct {
 	// triggers.
 	started  func()
 	reloaded func(error)
+	// onReload are called after every reload, under mu (see OnReload).
+	onReload []func(error)
+}
+
+// OnReload registers f to be called after every reload, from SIGHUP (Reload) or a change in the
+// folder (Watch), with its error (nil: the new Set is in force). Calls run one at a time, in
+// reload order; f must not call Reload. What reloads with the policies (prices, the metrics'
+// tenant labels) hangs here, so both paths reload it.
+func (s *Store) OnReload(f func(error)) {
+	s.mu.Lock()
+	s.onReload = append(s.onReload, f)
+	s.mu.Unlock()
 }
 
 // NewStore loads dir; the first load must succeed.
@@ -55,6 +67,14 @@ func (s *Store) Current() *Set { return s.cur.Load() }
 func (s *Store) Reload() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	err := s.reload()
+	for _, f := range s.onReload {
+		f(err)
+	}
+	return err
+}
+
+func (s *Store) reload() error {
 	set, err := LoadDir(s.dir)
 	if err != nil {
 		var le LoadErrors

@@ -18,7 +18,7 @@ import (
 func TestAccountingToTheTokenAndCent(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
-			prices, err := tokens.LoadPrices("../policies/prices.yaml")
+			prices, err := tokens.LoadPrices("../tokens/builtin_prices.yaml")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -171,7 +171,7 @@ func TestExactCostOfCompactionFallbackAndCacheWrites(t *testing.T) {
 		`{"type":"fallback_message","model":"claude-sonnet-4-5","input_tokens":2000,"output_tokens":500,"cache_creation_input_tokens":10000,"cache_read_input_tokens":50000,"cache_creation":{"ephemeral_5m_input_tokens":6000,"ephemeral_1h_input_tokens":4000}}]}`
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
-			prices, err := tokens.LoadPrices("../policies/prices.yaml")
+			prices, err := tokens.LoadPrices("../tokens/builtin_prices.yaml")
 			if err != nil {
 				t.Fatal(err)
 			}

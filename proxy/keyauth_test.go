@@ -24,7 +24,7 @@ func TestCtxproxyKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	ring := keys.NewKeyring(store)
-	prices, err := tokens.LoadPrices("../policies/prices.yaml")
+	prices, err := tokens.LoadPrices("../tokens/builtin_prices.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,8 @@ type Prices struct {
 	prefixes []*PriceEntry // longest first
 	entries  []*PriceEntry // file order
 	factors  Factors
+	// factorsSet: the file set factors or web_search_per_1000 (Over keeps them).
+	factorsSet bool
 }
 
 // Factors are the table's price factors (DefaultFactors unless the file sets them).
@@ -111,12 +113,14 @@ func ParsePrices(b []byte) (*Prices, error) {
 			if err := parseFactors(v, &p.factors); err != nil {
 				return nil, err
 			}
+			p.factorsSet = true
 		case "web_search_per_1000":
 			ws, err := parseWebSearch(v)
 			if err != nil {
 				return nil, err
 			}
 			p.factors.WebSearch = ws
+			p.factorsSet = true
 		default:
 			return nil, lineErr(k, "unknown key %q (want models, factors or web_search_per_1000)", k.Value)
 		}

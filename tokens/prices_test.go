@@ -7,7 +7,7 @@ import (
 
 func shippedPrices(t testing.TB) *Prices {
 	t.Helper()
-	p, err := LoadPrices("../policies/prices.yaml")
+	p, err := LoadPrices("builtin_prices.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

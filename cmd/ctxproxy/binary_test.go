@@ -51,17 +51,14 @@ func binary(t *testing.T) string {
 
 const binKey = "sk-ant-binary-test"
 
+// binPolicies is a policies folder without a prices.yaml: the built-in
+// price table is in force.
 func binPolicies(t *testing.T) string {
 	t.Helper()
-	prices, err := os.ReadFile("../../policies/prices.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir, _, err := stack.Layout(t.TempDir(), map[string]string{
 		"default.yaml": "tenant: default\nmemory:\n  mode: off\n",
 		"acme.yaml": stack.TenantPolicy("acme", binKey,
 			"context_management:\n  mode: enforce\n  clear_tool_uses:\n    trigger: { type: input_tokens, value: 30000 }\nmemory:\n  mode: proxy\n"),
-		"prices.yaml": string(prices),
 	})
 	if err != nil {
 		t.Fatal(err)

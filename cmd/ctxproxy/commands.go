@@ -11,29 +11,46 @@ import (
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
-// runValidate loads every policy file and prints file:line problems (exit 1)
-// or one summary line per tenant (exit 0).
+// runValidate loads every policy file and the price table and prints
+// file:line problems (exit 1), or one summary line per tenant and the price
+// table in force (exit 0). A folder without tenant files is a problem too.
 func runValidate(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	fs := flag.NewFlagSet("ctxproxy validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("policies", envOr(getenv, "CTXPROXY_POLICIES", "./policies"), "folder of tenant policy files (env CTXPROXY_POLICIES)")
+	prices := fs.String("prices", getenv("CTXPROXY_PRICES"), "prices file over the built-in table (default: prices.yaml in the policies folder, if any) (env CTXPROXY_PRICES)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	ok := true
 	set, err := policy.LoadDir(*dir)
-	if err != nil {
-		var les policy.LoadErrors
-		if errors.As(err, &les) {
-			for _, le := range les {
-				fmt.Fprintln(stdout, le.Error())
-			}
-		} else {
-			fmt.Fprintln(stdout, err)
+	var les policy.LoadErrors
+	switch {
+	case errors.As(err, &les):
+		for _, le := range les {
+			fmt.Fprintln(stdout, le.Error())
 		}
+		ok = false
+	case err != nil:
+		fmt.Fprintln(stdout, err)
+		ok = false
+	case len(set.Tenants()) == 0:
+		fmt.Fprintf(stdout, "%s: no tenant policy files (*.yaml): every request would be forwarded with no policy\n", *dir)
+		ok = false
+	default:
+		for _, p := range set.Tenants() {
+			fmt.Fprintln(stdout, p.Summary())
+		}
+	}
+	path, required := pricesFile(&config{Policies: *dir, Prices: *prices})
+	tab, err := tokens.OpenPrices(path, required)
+	if err != nil {
+		fmt.Fprintln(stdout, err)
 		return 1
 	}
-	for _, p := range set.Tenants() {
-		fmt.Fprintln(stdout, p.Summary())
+	fmt.Fprintln(stdout, "prices: "+tab.Describe(path))
+	if !ok {
+		return 1
 	}
 	return 0
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
 	"github.com/ctxproxy/ctxproxy/internal/stack"
+	"github.com/ctxproxy/ctxproxy/policy"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
@@ -56,7 +57,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	fl := flag.NewFlagSet("ctxproxy demo", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	dir := fl.String("dir", "", "keep the demo's policy, memory files and ledger in this folder (default: a temporary folder, removed afterwards)")
-	prices := fl.String("prices", "", "prices file for the cost report (default: policies/prices.yaml if present, else built-in list prices)")
+	prices := fl.String("prices", "", "prices file over the built-in price table for the cost report (default: policies/prices.yaml if present)")
 	logLevel := fl.String("log-level", "warn", "ctxproxy's log level (logs go to stderr)")
 	fl.Usage = func() {
 		fmt.Fprintln(stderr, "usage: ctxproxy demo [--dir DIR] [--prices FILE] [--log-level LEVEL]")
@@ -218,20 +219,15 @@ func demo(ctx context.Context, o demoOptions, out, logOut io.Writer) error {
 }
 
 func demoLoadPrices(path string) (*tokens.Prices, string, error) {
+	required := path != ""
 	if path == "" {
-		if _, err := os.Stat(filepath.Join("policies", "prices.yaml")); err == nil {
-			path = filepath.Join("policies", "prices.yaml")
-		}
+		path = filepath.Join("policies", policy.PricesFile)
 	}
-	if path == "" {
-		pr, err := tokens.ParsePrices([]byte(stack.ListPrices))
-		return pr, "built-in list prices", err
-	}
-	pr, err := tokens.LoadPrices(path)
+	tab, err := tokens.OpenPrices(path, required)
 	if err != nil {
 		return nil, "", fmt.Errorf("load prices: %w", err)
 	}
-	return pr, path, nil
+	return tab.Prices, tab.Describe(path), nil
 }
 
 // ---- the scripted model ----

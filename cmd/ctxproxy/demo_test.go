@@ -66,10 +66,10 @@ func TestDemoShowsMemoryFilesEditsAndCost(t *testing.T) {
 
 func TestDemoKeepsItsFilesWithDir(t *testing.T) {
 	dir := t.TempDir()
-	prices := filepath.Join("..", "..", "policies", "prices.yaml")
+	prices := filepath.Join("..", "..", "tokens", "builtin_prices.yaml")
 	for run := 0; run < 2; run++ { // a second run starts from an empty memory and ledger
 		out := runDemoForTest(t, "--dir", dir, "--prices", prices)
-		if !strings.Contains(out, "prices         "+prices) || strings.Contains(out, "*") {
+		if !strings.Contains(out, "prices         built-in price table with "+prices+" over it") || strings.Contains(out, "*") {
 			t.Errorf("run %d: the shipped prices should price the demo model:\n%s", run, out)
 		}
 		b, err := os.ReadFile(filepath.Join(dir, "memories", "demo", "preferences.md"))

@@ -19,7 +19,7 @@ import (
 // runs neither copy), and a path deeper than 20 components is refused.
 func TestBinaryBoundsHostileMemoryCalls(t *testing.T) {
 	fake, upURL := fakeUpstream(t)
-	prices, err := os.ReadFile("../../policies/prices.yaml")
+	prices, err := os.ReadFile("../../tokens/builtin_prices.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

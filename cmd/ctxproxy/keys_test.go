@@ -85,7 +85,7 @@ func TestBinaryKeysAcrossReplicas(t *testing.T) {
 	db := pgtest.New(t, "keys_e2e")
 	fake, upURL := fakeUpstream(t)
 	fake.SetOptions(fakeapi.Options{EchoHeaders: true}) // an upstream that echoes what it was sent
-	prices, err := os.ReadFile("../../policies/prices.yaml")
+	prices, err := os.ReadFile("../../tokens/builtin_prices.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

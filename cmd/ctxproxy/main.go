@@ -119,21 +119,19 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 	}
 	defer closeMem()
 
-	pricesPath := cfg.Prices
-	if pricesPath == "" {
-		pricesPath = filepath.Join(cfg.Policies, "prices.yaml")
-	}
-	prices, err := tokens.LoadPrices(pricesPath)
+	pricesPath, pricesRequired := pricesFile(cfg)
+	prices, err := tokens.OpenPrices(pricesPath, pricesRequired)
 	if err != nil {
 		return fmt.Errorf("load prices: %w", err)
 	}
+	lifecycle.Info("prices", zap.String("table", prices.Describe(filepath.Base(pricesPath))))
 	ledger, err := tokens.OpenLedger(ctx, cfg.Ledger)
 	if err != nil {
 		return fmt.Errorf("open ledger: %w", err)
 	}
 	defer ledger.Close()
 	metrics := tokens.NewMetrics(tenantNames(pols.Current()), prices.Models())
-	rec := tokens.NewRecorder(prices, metrics, ledger, log)
+	rec := tokens.NewRecorder(prices.Prices, metrics, ledger, log)
 	defer func() {
 		// Flush queued ledger records before the ledger closes.
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -173,7 +171,14 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		return err
 	}
 
-	// Reload policies on SIGHUP and when a file in the folder changes.
+	// Reload policies, and with them the prices and the metrics' tenant
+	// labels, on SIGHUP and when a file in the folder changes.
+	pols.OnReload(func(err error) {
+		if err == nil {
+			metrics.SetTenants(tenantNames(pols.Current()))
+		}
+		reloadPrices(rec, pricesPath, pricesRequired, log)
+	})
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -183,9 +188,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		for {
 			select {
 			case <-hup:
-				if err := pols.Reload(); err == nil {
-					metrics.SetTenants(tenantNames(pols.Current()))
-				}
+				pols.Reload() // errors are logged by the store; the last good set stays
 			case <-watchCtx.Done():
 				return
 			}
@@ -250,6 +253,27 @@ func serveDebug(addr string, log, lifecycle *zap.Logger) (stop func(), err error
 		lifecycle.Warn("the debug listener is not on loopback: whoever reaches it can read profiles of the requests", zap.String("addr", ln.Addr().String()))
 	}
 	return func() { ds.Close() }, nil
+}
+
+// pricesFile is the prices file laid over the built-in table: --prices
+// (required to exist), else prices.yaml in the policies folder (optional).
+func pricesFile(cfg *config) (path string, required bool) {
+	if cfg.Prices != "" {
+		return cfg.Prices, true
+	}
+	return filepath.Join(cfg.Policies, policy.PricesFile), false
+}
+
+// reloadPrices loads the price table again; one that fails to load is
+// refused with a log line and the last good table stays in force.
+func reloadPrices(rec *tokens.Recorder, path string, required bool, log *zap.Logger) {
+	tab, err := tokens.OpenPrices(path, required)
+	if err != nil {
+		log.Error("prices reload refused; the last good prices stay in force", zap.String("file", filepath.Base(path)), zap.Error(err))
+		return
+	}
+	rec.SetPrices(tab.Prices)
+	log.Info("prices reloaded", zap.String("table", tab.Describe(filepath.Base(path))))
 }
 
 func tenantNames(set *policy.Set) []string {

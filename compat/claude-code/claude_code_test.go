@@ -593,7 +593,7 @@ func writePolicies(t *testing.T, root string) (policiesDir, memoryDir string) {
 	if !bytes.Contains(example, []byte(exampleKeyHash)) || !bytes.Contains(example, []byte("mode: enforce")) {
 		t.Fatalf("policies/claude-code.yaml.example changed: want its placeholder key hash %s and mode: enforce", exampleKeyHash)
 	}
-	prices, err := os.ReadFile("../../policies/prices.yaml")
+	prices, err := os.ReadFile("../../tokens/builtin_prices.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ import (
 const DefaultPolicy = "tenant: default\ncontext_management:\n  mode: off\nmemory:\n  mode: off\n"
 
 // ListPrices is a prices file with the list prices (USD per million tokens,
-// as in policies/prices.yaml) of the model the scripted sessions use.
+// as in the built-in table, tokens/builtin_prices.yaml) of the model the scripted sessions use.
 const ListPrices = `models:
   - prefix: claude-sonnet-4-5
     input: 3
