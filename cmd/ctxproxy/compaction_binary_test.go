@@ -24,7 +24,7 @@ import (
 func TestBinaryCompactsAndCountsIt(t *testing.T) {
 	fake, upURL := fakeUpstream(t)
 	dir := t.TempDir()
-	prices, err := os.ReadFile("../../policies/prices.yaml")
+	prices, err := os.ReadFile("../../tokens/builtin_prices.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestBinaryCompactsAndCountsIt(t *testing.T) {
 	long, _ := json.Marshal(strings.Repeat("log line ", 25000)) // about 56,000 tokens for the fake
 	conv := `"messages":[{"role":"user","content":` + string(long) + `},{"role":"assistant","content":"noted"},{"role":"user","content":"why does it fail?"}]`
 	var compactionCost tokens.Money
-	pr, err := tokens.LoadPrices("../../policies/prices.yaml")
+	pr, err := tokens.LoadPrices("../../tokens/builtin_prices.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
