@@ -512,7 +512,7 @@ func (ps *parser) contextManagement(n *yaml.Node, cm *ContextManagement) {
 func (ps *parser) compact(n *yaml.Node) *Compact {
 	const where = "context_management.compact"
 	c := &Compact{Models: DefaultCompactModels}
-	ps.fields(n, where, []string{"trigger", "instructions", "pause_after_compaction", "models"}, func(key string, _, v *yaml.Node) {
+	ps.fields(n, where, []string{"trigger", "instructions", "pause_after_compaction", "models", "measure_savings"}, func(key string, _, v *yaml.Node) {
 		w := where + "." + key
 		switch key {
 		case "trigger":
@@ -533,6 +533,8 @@ func (ps *parser) compact(n *yaml.Node) *Compact {
 			c.Instructions = &s
 		case "pause_after_compaction":
 			c.PauseAfterCompaction, _ = ps.bool(v, w)
+		case "measure_savings":
+			c.MeasureSavings, _ = ps.bool(v, w)
 		case "models":
 			if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
 				ps.add(v.Line, "%s must be a non-empty list of model names or prefixes, got %s", w, describe(v))

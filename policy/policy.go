@@ -140,6 +140,10 @@ type Compact struct {
 	// client unaware of stop_reason "compaction" would stop there.
 	PauseAfterCompaction bool
 	Models               []string // models the edit is written for; DefaultCompactModels when unset
+	// MeasureSavings: after a call that compacted, ctxproxy asks count_tokens what the same
+	// request would have read without compaction (an extra call, so off by default) and records
+	// the difference as the compaction's savings.
+	MeasureSavings bool
 }
 
 // CompactFor reports whether the compact edit is written for model.

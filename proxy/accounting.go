@@ -20,6 +20,8 @@ type accounting struct {
 	// iterations are the calls' usage.iterations in order (nil when none had
 	// any): a client handed several calls as one message gets them all.
 	iterations []tokens.Iteration
+	// measures are the compactions to measure once the client has its reply.
+	measures []compactionMeasure
 }
 
 // called counts one upstream call.
@@ -37,6 +39,7 @@ func (x *exchange) record(resp *http.Response, r tokens.Reply, meta replyMeta) {
 	x.acct.usage.Add(r.Usage)
 	if r.Iterations != nil {
 		x.acct.iterations = append(x.acct.iterations, r.Iterations...)
+		x.noteCompaction(resp.StatusCode, r)
 	}
 	c := tokens.Call{
 		Time:        time.Now(),
@@ -99,6 +102,7 @@ func (x *exchange) tenantLabel() string {
 
 // finish writes the request's log line and metrics.
 func (x *exchange) finish() {
+	defer x.measureCompactions() // after the log line: the client has its reply
 	x.req.lease.release()
 	x.endSpans()
 	d := time.Since(x.req.start)

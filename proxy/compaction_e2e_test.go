@@ -307,3 +307,83 @@ func TestTheLoopNeverAnswersAServerTool(t *testing.T) {
 		t.Errorf("loop turn %s, want one tool_result for the memory call only", last.Raw)
 	}
 }
+
+// compact.measure_savings: after a call that compacted, the request without
+// its compact edit goes to count_tokens, and the ledger's count_tokens line
+// says what compaction spared, priced at the model's input price.
+func TestCompactionSavingsAreMeasuredWhenAskedFor(t *testing.T) {
+	for _, measure := range []bool{false, true} {
+		for _, stream := range []bool{false, true} {
+			t.Run(fmt.Sprintf("measure=%v/stream=%v", measure, stream), func(t *testing.T) {
+				pols := testPolicies()
+				pols["acme.yaml"] = `tenant: acme
+api_keys_sha256: ["` + sha(keyAcme) + `"]
+context_management:
+  mode: enforce
+  clear_tool_uses:
+    trigger: { type: input_tokens, value: 30000 }
+  compact:
+    trigger: { type: input_tokens, value: 50000 }
+    measure_savings: ` + fmt.Sprint(measure) + `
+memory:
+  mode: proxy
+`
+				prices, err := tokens.LoadPrices("../policies/prices.yaml")
+				if err != nil {
+					t.Fatal(err)
+				}
+				ledger, err := tokens.OpenLedger(t.Context(), "file:"+filepath.Join(t.TempDir(), "ledger.jsonl"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ledger.Close()
+				rec := tokens.NewRecorder(prices, nil, ledger, nil)
+				h := newHarnessWith(t, nil, pols, func(c *Config) { c.Recorder = rec })
+				long, _ := json.Marshal(strings.Repeat("log line ", 25000))
+				body := `{"model":"claude-opus-4-6","max_tokens":100,"messages":[{"role":"user","content":` + string(long) +
+					`},{"role":"assistant","content":"noted"},{"role":"user","content":"why?"}]}`
+				if stream {
+					body = withStream(body)
+				}
+				resp := h.post("/v1/messages", keyAcme, body)
+				got := readAll(t, resp.Body)
+				if resp.StatusCode != 200 || !strings.Contains(got, `"type":"compaction"`) {
+					t.Fatalf("status %d: %.300s", resp.StatusCode, got)
+				}
+				// The measure runs after the reply: closing the server waits for the handler.
+				h.proxy.Close()
+				if err := rec.Close(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				calls, err := ledger.Query(t.Context(), tokens.Filter{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !measure {
+					if len(calls) != 1 || len(h.fake.Requests()) != 1 {
+						t.Fatalf("%d ledger lines, %d upstream calls; want 1 and 1 without the measurement", len(calls), len(h.fake.Requests()))
+					}
+					return
+				}
+				if len(calls) != 2 || calls[1].CountTokens == nil {
+					t.Fatalf("ledger %+v, want the call and its count_tokens measure", calls)
+				}
+				count := h.fake.Requests()[1]
+				if !count.CountTokens || strings.Contains(string(count.Body), "compact_20260112") || gjson.GetBytes(count.Body, "max_tokens").Exists() ||
+					!gjson.GetBytes(count.Body, "context_management.edits.0").Exists() {
+					t.Fatalf("measure request %s", count.Body)
+				}
+				its := calls[0].Iterations
+				without, with := calls[1].CountTokens.InputTokens, its[1].Usage.TotalInput()
+				e, _ := prices.Lookup("claude-opus-4-6")
+				if calls[1].CompactedInputTokens != with || without <= with || calls[1].CompactionSavings != tokens.Money(without-with)*e.Price.Input {
+					t.Errorf("measure: without %d, compacted %d (iteration %d), savings %s", without, calls[1].CompactedInputTokens, with, calls[1].CompactionSavings)
+				}
+				rep := tokens.BuildReport(calls, tokens.GroupByModel)
+				if rep.Total.CompactionSavingsUSD != calls[1].CompactionSavings || rep.Total.Calls != 1 {
+					t.Errorf("report totals %+v", rep.Total)
+				}
+			})
+		}
+	}
+}

@@ -180,3 +180,16 @@ func parseNumber(v *yaml.Node, scale int) (int64, error) {
 	}
 	return n, nil
 }
+
+// PriceCompactionMeasure fills c.CompactionSavings on the count_tokens call that measured a
+// compaction: the input tokens compaction spared (what the request counts without it, less what
+// the compacted call read) at the model's input price; 0 when compaction spared nothing or the
+// model has no price.
+func (p *Prices) PriceCompactionMeasure(c *Call) {
+	c.CompactionSavings = 0
+	e, ok := p.Lookup(c.Model)
+	if !ok || c.CountTokens == nil || c.CountTokens.InputTokens <= c.CompactedInputTokens {
+		return
+	}
+	c.CompactionSavings = e.Price.Savings(c.CountTokens.InputTokens - c.CompactedInputTokens)
+}

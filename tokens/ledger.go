@@ -41,6 +41,13 @@ type Call struct {
 	// and Savings stay zero and reports leave it out; the ledger keeps it so an operator sees
 	// what editing would save before a call is made.
 	CountTokens *CountTokens
+	// CompactedInputTokens is set on the count_tokens call that measured a compaction
+	// (compact.measure_savings): what the call that compacted read (its last message step's
+	// input, cache reads and writes included), against CountTokens.InputTokens, what the same
+	// request counts without compaction. CompactionSavings is the difference at the model's
+	// input price, filled by Prices.Price.
+	CompactedInputTokens int64
+	CompactionSavings    Money
 }
 
 // ClearedInputTokens sums cleared input tokens over the call's applied edits.
@@ -134,6 +141,9 @@ type record struct {
 	CompactionCostUSD Money             `json:"compaction_cost_usd,omitempty"`
 	Endpoint          string            `json:"endpoint,omitempty"`
 	CountTokens       *countRecord      `json:"count_tokens,omitempty"`
+
+	CompactedInputTokens int64 `json:"compacted_input_tokens,omitempty"`
+	CompactionSavingsUSD Money `json:"compaction_savings_usd,omitempty"`
 }
 
 // EndpointCountTokens is the ledger's "endpoint" of a count_tokens call.
@@ -316,6 +326,13 @@ func AppendCall(b []byte, c *Call) []byte {
 		}
 		b = append(b, '}')
 	}
+	if c.CompactedInputTokens != 0 {
+		num("compacted_input_tokens", c.CompactedInputTokens)
+	}
+	if c.CompactionSavings != 0 {
+		b = append(b, `,"compaction_savings_usd":`...)
+		b = c.CompactionSavings.appendDecimal(b, -1)
+	}
 	return append(b, '}')
 }
 
@@ -423,6 +440,7 @@ func UnmarshalCall(line []byte) (Call, error) {
 		Cost: r.CostUSD, Savings: r.SavingsUSD, PriceUnknown: r.PriceUnknown,
 		ServiceTier: r.ServiceTier, Iterations: iterationsFromRecord(r.Iterations), Breakdown: breakdownFromRecord(r.CostBreakdown),
 		Compactions: r.Compactions, CompactionCost: r.CompactionCostUSD,
+		CompactedInputTokens: r.CompactedInputTokens, CompactionSavings: r.CompactionSavingsUSD,
 	}
 	if ct := r.CountTokens; ct != nil {
 		c.CountTokens = &CountTokens{InputTokens: ct.InputTokens}

@@ -67,6 +67,11 @@ var PGSchema = pgmigrate.Schema{Name: "ledger", Versions: [][]string{
 	{
 		`ALTER TABLE ctxproxy_ledger ADD COLUMN count_input_tokens bigint, ADD COLUMN count_original_input_tokens bigint`,
 	},
+	// 5: the measure of a compaction on its count_tokens call (compact.measure_savings).
+	{
+		`ALTER TABLE ctxproxy_ledger ADD COLUMN compacted_input_tokens bigint NOT NULL DEFAULT 0,
+			ADD COLUMN compaction_savings_nano_usd bigint NOT NULL DEFAULT 0`,
+	},
 }}
 
 // OpenPGLedger connects to url (a pgx connection string; search_path and other runtime
@@ -111,13 +116,13 @@ func (l *PGLedger) Append(ctx context.Context, c Call) error {
 		input_tokens, output_tokens, cache_creation_input_tokens, cache_creation_1h_input_tokens, cache_read_input_tokens,
 		applied_edits, cleared_input_tokens, cost_nano_usd, savings_nano_usd, price_unknown, key_id, user_name,
 		web_search_requests, service_tier, iterations, cost_breakdown, compactions, compaction_cost_nano_usd,
-		count_input_tokens, count_original_input_tokens)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27)`,
+		count_input_tokens, count_original_input_tokens, compacted_input_tokens, compaction_savings_nano_usd)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29)`,
 		c.Time.UTC().Truncate(time.Microsecond), c.Tenant, c.Model, c.RequestID, c.MessageID, c.Stream, c.Status,
 		u.InputTokens, u.OutputTokens, u.CacheCreationInputTokens, u.CacheCreation1hInputTokens, u.CacheReadInputTokens,
 		string(edits), c.ClearedInputTokens(), int64(c.Cost), int64(c.Savings), c.PriceUnknown, c.KeyID, c.User,
 		u.WebSearchRequests, c.ServiceTier, its, breakdown, c.Compactions, int64(c.CompactionCost),
-		countIn, countOrig)
+		countIn, countOrig, c.CompactedInputTokens, int64(c.CompactionSavings))
 	if err != nil {
 		return fmt.Errorf("ledger append: %w", err)
 	}
@@ -137,7 +142,7 @@ func (l *PGLedger) Query(ctx context.Context, f Filter) ([]Call, error) {
 		input_tokens, output_tokens, cache_creation_input_tokens, cache_creation_1h_input_tokens, cache_read_input_tokens,
 		applied_edits::text, cost_nano_usd, savings_nano_usd, price_unknown, key_id, user_name,
 		web_search_requests, service_tier, iterations::text, cost_breakdown::text, compactions, compaction_cost_nano_usd,
-		count_input_tokens, count_original_input_tokens
+		count_input_tokens, count_original_input_tokens, compacted_input_tokens, compaction_savings_nano_usd
 		FROM ctxproxy_ledger
 		WHERE ($1 = '' OR tenant = $1) AND ($2::timestamptz IS NULL OR time >= $2) AND ($3::timestamptz IS NULL OR time < $3)
 		ORDER BY id`, f.Tenant, since, until)
@@ -149,18 +154,19 @@ func (l *PGLedger) Query(ctx context.Context, f Filter) ([]Call, error) {
 		var c Call
 		var edits string
 		var its, breakdown *string
-		var cost, savings, compactionCost int64
+		var cost, savings, compactionCost, compactionSavings int64
 		var countIn, countOrig *int64
 		u := &c.Usage
 		if err := rows.Scan(&c.Time, &c.Tenant, &c.Model, &c.RequestID, &c.MessageID, &c.Stream, &c.Status,
 			&u.InputTokens, &u.OutputTokens, &u.CacheCreationInputTokens, &u.CacheCreation1hInputTokens, &u.CacheReadInputTokens,
 			&edits, &cost, &savings, &c.PriceUnknown, &c.KeyID, &c.User,
-			&u.WebSearchRequests, &c.ServiceTier, &its, &breakdown, &c.Compactions, &compactionCost, &countIn, &countOrig); err != nil {
+			&u.WebSearchRequests, &c.ServiceTier, &its, &breakdown, &c.Compactions, &compactionCost, &countIn, &countOrig,
+			&c.CompactedInputTokens, &compactionSavings); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("query ledger: %w", err)
 		}
 		c.Time = c.Time.UTC()
-		c.Cost, c.Savings, c.CompactionCost = Money(cost), Money(savings), Money(compactionCost)
+		c.Cost, c.Savings, c.CompactionCost, c.CompactionSavings = Money(cost), Money(savings), Money(compactionCost), Money(compactionSavings)
 		if err := readBreakdown(&c, its, breakdown); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("query ledger: %w", err)

@@ -486,7 +486,8 @@ func TestAppendCallMatchesTheRecordType(t *testing.T) {
 		r := record{V: LedgerVersion, Time: c.Time.UTC().Format(time.RFC3339Nano), Tenant: c.Tenant, KeyID: c.KeyID, User: c.User, Model: c.Model,
 			RequestID: c.RequestID, MessageID: c.MessageID, Stream: c.Stream, Status: c.Status, Usage: c.Usage,
 			AppliedEdits: edits, Cleared: c.ClearedInputTokens(), CostUSD: c.Cost, SavingsUSD: c.Savings, PriceUnknown: c.PriceUnknown,
-			ServiceTier: c.ServiceTier, Compactions: c.Compactions, CompactionCostUSD: c.CompactionCost}
+			ServiceTier: c.ServiceTier, Compactions: c.Compactions, CompactionCostUSD: c.CompactionCost,
+			CompactedInputTokens: c.CompactedInputTokens, CompactionSavingsUSD: c.CompactionSavings}
 		for _, it := range c.Iterations {
 			r.Iterations = append(r.Iterations, iterationRecord{Type: it.Type, Model: it.Model, Usage: it.Usage, CostUSD: it.Cost})
 		}

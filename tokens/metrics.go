@@ -35,6 +35,7 @@ type Metrics struct {
 	savings         *prometheus.CounterVec   // tenant, model
 	compactions     *prometheus.CounterVec   // tenant, model
 	compactionCost  *prometheus.CounterVec   // tenant, model
+	compactionSaved *prometheus.CounterVec   // tenant, model
 	webSearches     *prometheus.CounterVec   // tenant, model
 	priceUnknown    *prometheus.CounterVec   // tenant
 	openStreams     *prometheus.GaugeVec     // tenant
@@ -63,6 +64,7 @@ type pairChildren struct {
 	input, output, cacheCreation, cacheRead prometheus.Counter
 	cost, savings                           prometheus.Counter
 	compactions, compactionCost, webSearch  prometheus.Counter
+	compactionSaved                         prometheus.Counter
 }
 
 type tenantChildren struct {
@@ -148,6 +150,9 @@ func NewMetrics(tenants, models []string) *Metrics {
 	m.compactionCost = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ctxproxy_compaction_cost_usd_total", Help: "Estimated cost of the compaction steps in USD (part of ctxproxy_cost_usd_total), by tenant and model.",
 	}, []string{"tenant", "model"})
+	m.compactionSaved = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_compaction_savings_usd_total", Help: "Estimated savings of compaction in USD, measured with count_tokens (compact.measure_savings), by tenant and model.",
+	}, []string{"tenant", "model"})
 	m.webSearches = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ctxproxy_web_search_requests_total", Help: "Web searches the API ran (usage.server_tool_use.web_search_requests), by tenant and model.",
 	}, []string{"tenant", "model"})
@@ -165,7 +170,7 @@ func NewMetrics(tenants, models []string) *Metrics {
 	})
 	for _, c := range []prometheus.Collector{m.requests, m.upstreamCalls, m.upstream, m.overhead, m.tokensTotal,
 		m.clearedInput, m.clearedToolUses, m.clearedThinking, m.memory, m.cost, m.savings, m.priceUnknown,
-		m.compactions, m.compactionCost, m.webSearches,
+		m.compactions, m.compactionCost, m.compactionSaved, m.webSearches,
 		m.openStreams, m.ledgerErrors, m.ledgerDropped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
@@ -252,16 +257,17 @@ func (m *Metrics) pair(tenant, model string) *pairChildren {
 	}
 	t, mo := k[0], k[1]
 	c = &pairChildren{
-		upstream:       m.upstream.WithLabelValues(t, mo),
-		input:          m.tokensTotal.WithLabelValues(t, mo, "input"),
-		output:         m.tokensTotal.WithLabelValues(t, mo, "output"),
-		cacheCreation:  m.tokensTotal.WithLabelValues(t, mo, "cache_creation"),
-		cacheRead:      m.tokensTotal.WithLabelValues(t, mo, "cache_read"),
-		cost:           m.cost.WithLabelValues(t, mo),
-		savings:        m.savings.WithLabelValues(t, mo),
-		compactions:    m.compactions.WithLabelValues(t, mo),
-		compactionCost: m.compactionCost.WithLabelValues(t, mo),
-		webSearch:      m.webSearches.WithLabelValues(t, mo),
+		upstream:        m.upstream.WithLabelValues(t, mo),
+		input:           m.tokensTotal.WithLabelValues(t, mo, "input"),
+		output:          m.tokensTotal.WithLabelValues(t, mo, "output"),
+		cacheCreation:   m.tokensTotal.WithLabelValues(t, mo, "cache_creation"),
+		cacheRead:       m.tokensTotal.WithLabelValues(t, mo, "cache_read"),
+		cost:            m.cost.WithLabelValues(t, mo),
+		savings:         m.savings.WithLabelValues(t, mo),
+		compactions:     m.compactions.WithLabelValues(t, mo),
+		compactionCost:  m.compactionCost.WithLabelValues(t, mo),
+		compactionSaved: m.compactionSaved.WithLabelValues(t, mo),
+		webSearch:       m.webSearches.WithLabelValues(t, mo),
 	}
 	m.children[k] = c
 	return c
@@ -366,6 +372,9 @@ func (m *Metrics) ObserveCall(c *Call) {
 		p.compactionCost.Add(c.CompactionCost.USD())
 	}
 	addInt(p.webSearch, c.Usage.WebSearchRequests)
+	if c.CompactionSavings > 0 {
+		p.compactionSaved.Add(c.CompactionSavings.USD())
+	}
 	if c.PriceUnknown || len(c.Edits) > 0 {
 		t := m.tenant(c.Tenant)
 		if c.PriceUnknown {

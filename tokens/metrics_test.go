@@ -245,3 +245,14 @@ func TestMetricsCountCompactionsAndWebSearches(t *testing.T) {
 		t.Errorf("web searches %v", got)
 	}
 }
+
+func TestMetricsCountMeasuredCompactionSavings(t *testing.T) {
+	p := shippedPrices(t)
+	m := NewMetrics([]string{"acme"}, p.Models())
+	c := Call{Tenant: "acme", Model: "claude-opus-4-6", Status: 200, CountTokens: &CountTokens{InputTokens: 185000}, CompactedInputTokens: 3500}
+	p.PriceCompactionMeasure(&c)
+	m.ObserveCall(&c)
+	if got := testutil.ToFloat64(m.compactionSaved.WithLabelValues("acme", "claude-opus-4-6")); got < 0.907499 || got > 0.907501 {
+		t.Errorf("compaction savings %v, want 0.9075", got)
+	}
+}

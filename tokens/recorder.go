@@ -109,6 +109,8 @@ func (r *Recorder) Record(ctx context.Context, c Call) Call {
 	}
 	if c.CountTokens == nil {
 		r.CurrentPrices().Price(&c)
+	} else if c.CompactedInputTokens != 0 {
+		r.CurrentPrices().PriceCompactionMeasure(&c)
 	}
 	if r.Metrics != nil {
 		r.Metrics.ObserveCall(&c)

@@ -69,6 +69,8 @@ type Totals struct {
 	WebSearchRequests        int64 `json:"web_search_requests"`
 	Compactions              int64 `json:"compactions"`
 	CompactionCostUSD        Money `json:"compaction_cost_usd"` // part of cost_usd
+	// CompactionSavingsUSD is what measured compactions spared (compact.measure_savings).
+	CompactionSavingsUSD Money `json:"compaction_savings_usd"`
 }
 
 // Add adds one call.
@@ -108,6 +110,7 @@ func (t *Totals) addTotals(o *Totals) {
 	t.WebSearchRequests += o.WebSearchRequests
 	t.Compactions += o.Compactions
 	t.CompactionCostUSD += o.CompactionCostUSD
+	t.CompactionSavingsUSD += o.CompactionSavingsUSD
 }
 
 // Row is the totals of one tenant and group (a model name or a day).
@@ -145,7 +148,7 @@ func BuildReport(calls []Call, groupBy string) Report {
 	rows := map[key]*Row{}
 	for i := range calls {
 		c := &calls[i]
-		if c.CountTokens != nil {
+		if c.CountTokens != nil && c.CompactionSavings == 0 {
 			continue // a count, not a billed call
 		}
 		k := key{tenant: c.Tenant, group: groupOf(c, g)}
@@ -153,6 +156,10 @@ func BuildReport(calls []Call, groupBy string) Report {
 		if r == nil {
 			r = &Row{Tenant: k.tenant, Group: k.group}
 			rows[k] = r
+		}
+		if c.CountTokens != nil { // the measure of a compaction: its savings only
+			r.CompactionSavingsUSD += c.CompactionSavings
+			continue
 		}
 		r.Add(c)
 	}
@@ -255,7 +262,7 @@ func WriteReportTable(w io.Writer, r Report) error {
 	// Compaction columns only when the period had a compaction: most ledgers have none.
 	compactions := r.Total.Compactions > 0
 	if compactions {
-		header = append(header[:10:10], "COMPACTIONS", "COMPACTION_USD", "COST_USD", "SAVINGS_USD")
+		header = append(header[:10:10], "COMPACTIONS", "COMPACTION_USD", "COMPACTION_SAVED_USD", "COST_USD", "SAVINGS_USD")
 	}
 	var lines [][]string
 	cells := func(tenant, group string, t *Totals) []string {
@@ -270,7 +277,7 @@ func WriteReportTable(w io.Writer, r Report) error {
 			num(t.CacheCreationInputTokens), num(t.CacheReadInputTokens), num(t.ClearedInputTokens),
 			num(t.ClearedToolUses), num(t.ClearedThinkingTurns)}
 		if compactions {
-			l = append(l, num(t.Compactions), t.CompactionCostUSD.Fixed(6)+mark)
+			l = append(l, num(t.Compactions), t.CompactionCostUSD.Fixed(6)+mark, t.CompactionSavingsUSD.Fixed(6)+mark)
 		}
 		return append(l, t.CostUSD.Fixed(6)+mark, t.SavingsUSD.Fixed(6)+mark)
 	}

@@ -94,8 +94,8 @@ func TestBuildReportByModel(t *testing.T) {
 		g := r.Rows[i]
 		t.Run(w.tenant+"/"+w.group, func(t *testing.T) {
 			gotT := Totals{g.Calls, g.InputTokens, g.OutputTokens, g.CacheCreationInputTokens, g.CacheReadInputTokens,
-				g.ClearedInputTokens, g.ClearedToolUses, g.ClearedThinkingTurns, g.CostUSD, g.SavingsUSD, g.PriceUnknownCalls, 0, 0, 0}
-			wantT := Totals{w.calls, w.in, w.out, w.cw, w.cr, w.cleared, w.tools, w.thinking, usd(t, w.cost), usd(t, w.savings), w.unknown, 0, 0, 0}
+				g.ClearedInputTokens, g.ClearedToolUses, g.ClearedThinkingTurns, g.CostUSD, g.SavingsUSD, g.PriceUnknownCalls, 0, 0, 0, 0}
+			wantT := Totals{w.calls, w.in, w.out, w.cw, w.cr, w.cleared, w.tools, w.thinking, usd(t, w.cost), usd(t, w.savings), w.unknown, 0, 0, 0, 0}
 			if g.Tenant != w.tenant || g.Group != w.group || gotT != wantT {
 				t.Errorf("row %+v\nwant %+v", g, wantT)
 			}
@@ -150,7 +150,7 @@ func TestBuildReportByDay(t *testing.T) {
 func TestEmptyReport(t *testing.T) {
 	r := BuildReport(nil, "")
 	b, _ := json.Marshal(r)
-	if string(b) != `{"group_by":"model","rows":[],"tenants":[],"total":{"calls":0,"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"cleared_input_tokens":0,"cleared_tool_uses":0,"cleared_thinking_turns":0,"cost_usd":0.00,"savings_usd":0.00,"price_unknown_calls":0,"web_search_requests":0,"compactions":0,"compaction_cost_usd":0.00}}` {
+	if string(b) != `{"group_by":"model","rows":[],"tenants":[],"total":{"calls":0,"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"cleared_input_tokens":0,"cleared_tool_uses":0,"cleared_thinking_turns":0,"cost_usd":0.00,"savings_usd":0.00,"price_unknown_calls":0,"web_search_requests":0,"compactions":0,"compaction_cost_usd":0.00,"compaction_savings_usd":0.00}}` {
 		t.Errorf("empty report JSON: %s", b)
 	}
 	var buf bytes.Buffer
@@ -376,11 +376,15 @@ func TestReportShowsCompactions(t *testing.T) {
 	r := ParseReply([]byte(`{"model":"claude-opus-4-6","usage":` + exactTranscriptUsage + `}`))
 	c := Call{Time: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC), Tenant: "acme", Model: r.Model, Usage: r.Billed(), Iterations: r.Iterations}
 	plain := Call{Time: c.Time, Tenant: "acme", Model: "claude-opus-4-6", Usage: Usage{InputTokens: 1000}}
+	// The measure (compact.measure_savings): without compaction the request counts 185,000
+	// tokens; the compacted call read 3,500: 181,500 × $5/M = 0.9075 spared.
+	measure := Call{Time: c.Time, Tenant: "acme", Model: "claude-opus-4-6", CountTokens: &CountTokens{InputTokens: 185000}, CompactedInputTokens: 3500}
 	p.Price(&c)
 	p.Price(&plain)
-	rep := BuildReport([]Call{c, plain}, GroupByModel)
+	p.PriceCompactionMeasure(&measure)
+	rep := BuildReport([]Call{c, plain, measure}, GroupByModel)
 	if rep.Total.Compactions != 1 || rep.Total.CompactionCostUSD != usd(t, "0.975") || rep.Total.CostUSD != usd(t, "1.125") ||
-		rep.Total.WebSearchRequests != 3 {
+		rep.Total.WebSearchRequests != 3 || rep.Total.CompactionSavingsUSD != usd(t, "0.9075") || rep.Total.Calls != 2 {
 		t.Errorf("totals %+v", rep.Total)
 	}
 	var buf bytes.Buffer

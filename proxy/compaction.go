@@ -1,0 +1,167 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+	"go.uber.org/zap"
+
+	"github.com/ctxproxy/ctxproxy/policy"
+	"github.com/ctxproxy/ctxproxy/tokens"
+)
+
+// compactionMeasure is a compaction to measure once the client has its
+// reply (compact.measure_savings): the request that compacted, as
+// count_tokens takes it without the compact edit, and what the compacted
+// call read.
+type compactionMeasure struct {
+	body      []byte
+	compacted int64
+}
+
+// noteCompaction keeps the measure of a call that compacted, when the
+// tenant's policy asks for it. A threaded request is not measured: its body
+// lacks the history the thread holds.
+func (x *exchange) noteCompaction(status int, r tokens.Reply) {
+	pol := x.req.pol
+	if status != http.StatusOK || pol == nil || pol.ContextManagement.Compact == nil ||
+		!pol.ContextManagement.Compact.MeasureSavings || x.req.info.Threaded || x.s.cfg.Recorder == nil {
+		return
+	}
+	compacted, ok := compactedInput(r.Iterations)
+	if !ok {
+		return
+	}
+	body, err := countBody(joinParts(x.loop.parts))
+	if err != nil {
+		x.s.log.Warn("compaction not measured", zap.String("tenant", x.tenantLabel()), zap.Error(err))
+		return
+	}
+	x.acct.measures = append(x.acct.measures, compactionMeasure{body: body, compacted: compacted})
+}
+
+// compactedInput is what the model read after the last compaction of a
+// call: the input of the message step that follows it, cache included.
+func compactedInput(its []tokens.Iteration) (int64, bool) {
+	seen := false
+	var in int64
+	for _, it := range its {
+		switch {
+		case it.Type == tokens.IterationCompaction:
+			seen, in = true, 0
+		case seen:
+			in = it.Usage.TotalInput()
+		}
+	}
+	return in, seen && in > 0
+}
+
+// countFields are the members of a Messages request count_tokens takes.
+var countFields = map[string]bool{"model": true, "messages": true, "system": true, "tools": true,
+	"tool_choice": true, "thinking": true, "context_management": true, "mcp_servers": true}
+
+// countBody is the count_tokens request for a Messages request, without
+// its compact edit: what the request would read had it not compacted.
+func countBody(body []byte) ([]byte, error) {
+	out := []byte(`{}`)
+	var err error
+	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
+		if !countFields[k.Str] {
+			return true
+		}
+		raw := v.Raw
+		if k.Str == "context_management" {
+			raw = withoutCompact(v)
+			if raw == "" {
+				return true
+			}
+		}
+		out, err = sjson.SetRawBytes(out, k.Str, []byte(raw))
+		return err == nil
+	})
+	return out, err
+}
+
+// withoutCompact is a context_management value without compact edits; ""
+// when no edit is left.
+func withoutCompact(cm gjson.Result) string {
+	edits := []byte(`[]`)
+	cm.Get("edits").ForEach(func(_, e gjson.Result) bool {
+		if e.Get("type").Str != policy.EditCompact {
+			edits, _ = sjson.SetRawBytes(edits, "-1", []byte(e.Raw))
+		}
+		return true
+	})
+	if string(edits) == "[]" {
+		return ""
+	}
+	return `{"edits":` + string(edits) + `}`
+}
+
+// measureCompactions asks count_tokens what each compacted call would have
+// read without compaction and records it (with the savings the prices
+// make of it) as that count_tokens call's ledger line. It runs once the
+// client has its reply, inside the request's handler, so a graceful stop
+// waits for it.
+func (x *exchange) measureCompactions() {
+	if len(x.acct.measures) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.r.Context()), 30*time.Second)
+	defer cancel()
+	for _, m := range x.acct.measures {
+		if err := x.measureCompaction(ctx, m); err != nil {
+			x.s.log.Warn("compaction not measured", zap.String("tenant", x.tenantLabel()), zap.Error(err))
+		}
+	}
+}
+
+func (x *exchange) measureCompaction(ctx context.Context, m compactionMeasure) error {
+	target := *x.s.up.base
+	target.Path = singleJoiningSlash(target.Path, "/v1/messages/count_tokens")
+	target.RawPath, target.RawQuery = "", ""
+	resp, err := x.s.up.do(ctx, func() (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), bytes.NewReader(m.body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header = x.req.header.Clone()
+		req.ContentLength = int64(len(m.body))
+		req.Host = target.Host
+		return req, nil
+	}, retryPolicy{})
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := decodeBody(resp); err != nil {
+		return err
+	}
+	b, err := readReply(resp)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return &measureError{status: resp.StatusCode, body: string(b)}
+	}
+	ct := tokens.ParseCountTokens(b)
+	x.s.cfg.Recorder.Record(ctx, tokens.Call{
+		Time: time.Now(), Tenant: x.tenantLabel(), KeyID: x.req.keyID, User: x.req.user, Model: x.req.model,
+		RequestID: resp.Header.Get("Request-Id"), Status: resp.StatusCode, CountTokens: &ct,
+		CompactedInputTokens: m.compacted,
+	})
+	return nil
+}
+
+type measureError struct {
+	status int
+	body   string
+}
+
+func (e *measureError) Error() string {
+	return "count_tokens answered " + http.StatusText(e.status) + ": " + e.body
+}
