@@ -13,6 +13,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/ctxproxy/ctxproxy/internal/kubevolume"
 )
 
 // waitFor is a fail-safe for event-driven waits, not a timing assertion.
@@ -270,4 +272,55 @@ func TestReloadAuditsLimitChanges(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("audit lines:\n got %v\nwant %v", got, want)
 	}
+}
+
+// A ConfigMap volume is updated by swapping its ..data symlink (internal/kubevolume does what the
+// kubelet does); the watcher must pick the new files up without a restart.
+func TestWatchPicksUpAConfigMapUpdate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "policies")
+	acme := func(mode string) string {
+		return "tenant: acme\napi_keys_sha256: [" + hexHash("ka") + "]\nmemory: {mode: " + mode + "}\n"
+	}
+	if err := kubevolume.Write(dir, map[string]string{"default.yaml": "tenant: default\n", "acme.yaml": acme("proxy")}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewStore(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Current().Tenant("acme").Memory.Mode != MemoryProxy {
+		t.Fatal("the mounted files were not loaded through their ..data symlinks")
+	}
+	results := watchStore(t, s)
+
+	t.Run("a changed file", func(t *testing.T) {
+		if err := kubevolume.Write(dir, map[string]string{"default.yaml": "tenant: default\n", "acme.yaml": acme("inject")}); err != nil {
+			t.Fatal(err)
+		}
+		awaitReload(t, results, func() bool { return s.Current().Tenant("acme").Memory.Mode == MemoryInject })
+	})
+	t.Run("a file added and one removed", func(t *testing.T) {
+		if err := kubevolume.Write(dir, map[string]string{"default.yaml": "tenant: default\n", "globex.yaml": "tenant: globex\n"}); err != nil {
+			t.Fatal(err)
+		}
+		awaitReload(t, results, func() bool { return s.Current().Tenant("globex") != nil && s.Current().Tenant("acme") == nil })
+	})
+	t.Run("a broken update keeps the last good set", func(t *testing.T) {
+		before := s.Current()
+		if err := kubevolume.Write(dir, map[string]string{"default.yaml": "tenant: default\n", "globex.yaml": "tenant: globex\nmemory: [\n"}); err != nil {
+			t.Fatal(err)
+		}
+		timeout := time.After(waitFor)
+		for failed := false; !failed; {
+			select {
+			case err := <-results:
+				failed = err != nil
+			case <-timeout:
+				t.Fatal("no failed reload reported")
+			}
+		}
+		if s.Current() != before {
+			t.Fatal("a broken update replaced the set")
+		}
+	})
 }
