@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+	"gopkg.in/yaml.v3"
 
 	"github.com/ctxproxy/ctxproxy/internal/binaries"
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
@@ -102,10 +103,24 @@ func send(t *testing.T, addr, path, body string) (*http.Response, string) {
 	return resp, string(b)
 }
 
-func TestBinaryVersion(t *testing.T) {
-	out, err := exec.Command(binary(t), "--version").CombinedOutput()
-	if err != nil || !strings.HasPrefix(string(out), "ctxproxy ") {
-		t.Fatalf("--version: %v %q", err, out)
+// ctxproxy version prints the appVersion of the Helm chart, so the chart's default image tag is
+// the release the binary says it is.
+func TestBinaryVersionIsTheChartsAppVersion(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/helm/ctxproxy/Chart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chart struct {
+		AppVersion string `yaml:"appVersion"`
+	}
+	if err := yaml.Unmarshal(b, &chart); err != nil || chart.AppVersion == "" {
+		t.Fatalf("Chart.yaml appVersion %q: %v", chart.AppVersion, err)
+	}
+	for _, arg := range []string{"version", "--version"} {
+		out, err := exec.Command(binary(t), arg).CombinedOutput()
+		if err != nil || string(out) != "ctxproxy "+chart.AppVersion+"\n" {
+			t.Errorf("ctxproxy %s: %v %q, want the chart's appVersion %s", arg, err, out, chart.AppVersion)
+		}
 	}
 }
 

@@ -27,8 +27,9 @@ import (
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "0.1.0-dev"
+// version is the release; the Helm chart's appVersion (deploy/helm/ctxproxy/Chart.yaml) is the
+// same, and a test holds them equal. A build may set it with -ldflags "-X main.version=...".
+var version = "0.1.0"
 
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
