@@ -125,18 +125,27 @@ func (p *pod) command(t *testing.T, c *corev1.Container, overrides map[string]st
 	}
 	list := []string{"PATH=" + os.Getenv("PATH")}
 	for k, v := range env {
-		for _, m := range mounts {
-			prefix, rest, _ := strings.Cut(v, m)
-			if (prefix == "" || prefix == "file:") && (rest == "" || strings.HasPrefix(rest, "/")) && strings.HasPrefix(v, prefix+m) {
-				v = prefix + filepath.Join(p.root, m) + rest
-			}
-		}
-		list = append(list, k+"="+v)
+		list = append(list, k+"="+p.underRoot(v, mounts))
 	}
 	sort.Strings(list)
 	cmd := exec.Command(ctxproxyBinary(t), append(append([]string{}, c.Command[1:]...), c.Args...)...)
 	cmd.Env = list
 	return cmd
+}
+
+// underRoot moves a path value ("/policies", "/data/x", "file:/data/x") that
+// lies in a mount under root; other values stay as they are.
+func (p *pod) underRoot(v string, mounts []string) string {
+	scheme, path := "", v
+	if rest, ok := strings.CutPrefix(v, "file:"); ok {
+		scheme, path = "file:", rest
+	}
+	for _, m := range mounts {
+		if path == m || strings.HasPrefix(path, m+"/") {
+			return scheme + filepath.Join(p.root, path)
+		}
+	}
+	return v
 }
 
 const chartKey = "sk-ant-helm-chart-test"
@@ -314,5 +323,39 @@ func TestChartSetsOnlyTheBinarysVariables(t *testing.T) {
 				t.Errorf("%s: ctxproxy %v: %v\n%s", values, ct.Args, err, out)
 			}
 		}
+	}
+}
+
+// One pod without PostgreSQL: the file store and the file ledger land in the /data emptyDir the
+// chart mounts (the root filesystem is read-only).
+func TestChartOnFilesRunsTheBinary(t *testing.T) {
+	fake := fakeapi.New()
+	up := httptest.NewServer(fake)
+	defer up.Close()
+	r, err := render(t, chartDir, nil, "replicaCount=1", "upstream="+up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Jobs) != 0 {
+		t.Fatal("a migration Job without PostgreSQL")
+	}
+	d, c := r.deployment(t)
+	p := materialise(t, r, d.Spec.Template.Spec, t.TempDir())
+	proc, err := binaries.Start(context.Background(), p.command(t, c, map[string]string{"CTXPROXY_LISTEN": "127.0.0.1:0"}), "ctxproxy listening", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proc.Kill()
+	if code, body := get(t, "http://"+proc.Addr+c.ReadinessProbe.HTTPGet.Path); code != 200 {
+		t.Fatalf("readiness: %d %s", code, body)
+	}
+	if code, body := post(t, "http://"+proc.Addr, "sk-ant-anyone"); code != 200 {
+		t.Fatalf("%d %s", code, body)
+	}
+	if code := proc.Stop(); code != 0 {
+		t.Fatalf("exit %d\n%s", code, proc.Log())
+	}
+	if b, err := os.ReadFile(filepath.Join(p.root, "data", "ledger.jsonl")); err != nil || !strings.Contains(string(b), `"tenant":"default"`) {
+		t.Errorf("ledger in the /data volume: %q, %v", b, err)
 	}
 }
