@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ctxproxy/ctxproxy/internal/pgmigrate"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
@@ -23,9 +24,15 @@ type PGStore struct {
 	timeout time.Duration
 }
 
-// pgMigrations are applied in order; never edit one that shipped, append a new one.
-var pgMigrations = [][]string{
-	1: {
+// PGSchemas are the PostgreSQL schemas of the limits store's database, applied by OpenPGStore
+// (see internal/pgmigrate for how to add one; `ctxproxy migrate` must apply them to the database
+// the limits store is opened on).
+var PGSchemas = []pgmigrate.Schema{PGSchema}
+
+// PGSchema is the limits store's tables and functions. Never edit a version that shipped; append a
+// new one.
+var PGSchema = pgmigrate.Schema{Name: "limits", Versions: [][]string{
+	{
 		`CREATE TABLE ctxproxy_spend (
 			tenant     text        NOT NULL,
 			end_user   text        NOT NULL, -- '' for the tenant as a whole
@@ -85,10 +92,7 @@ var pgMigrations = [][]string{
 			tat_ns bigint NOT NULL
 		)`,
 	},
-}
-
-// PGSchemaVersion is the limits schema version this build writes.
-const PGSchemaVersion = 1
+}}
 
 // OpenPGStore connects to url and brings the schema up to date.
 func OpenPGStore(ctx context.Context, url string) (*PGStore, error) {
@@ -100,47 +104,11 @@ func OpenPGStore(ctx context.Context, url string) (*PGStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open limits store: %w", err)
 	}
-	if err := migrate(ctx, pool); err != nil {
+	if _, err := pgmigrate.Apply(ctx, pool, PGSchemas...); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open limits store %s@%s/%s: %w", cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Database, err)
 	}
 	return &PGStore{pool: pool, timeout: 2 * time.Second}, nil
-}
-
-func migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // no-op after Commit
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('ctxproxy_limits_migrations'))`); err != nil {
-		return fmt.Errorf("migrate: lock: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS ctxproxy_limits_migrations (
-		version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	var have int
-	if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM ctxproxy_limits_migrations`).Scan(&have); err != nil {
-		return fmt.Errorf("migrate: read version: %w", err)
-	}
-	if have > PGSchemaVersion {
-		return fmt.Errorf("migrate: database schema version %d is newer than this build's %d", have, PGSchemaVersion)
-	}
-	for v := have + 1; v <= PGSchemaVersion; v++ {
-		for _, stmt := range pgMigrations[v] {
-			if _, err := tx.Exec(ctx, stmt); err != nil {
-				return fmt.Errorf("migrate to version %d: %w", v, err)
-			}
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO ctxproxy_limits_migrations (version) VALUES ($1)`, v); err != nil {
-			return fmt.Errorf("migrate to version %d: %w", v, err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("migrate: commit: %w", err)
-	}
-	return nil
 }
 
 func (s *PGStore) Name() string { return "postgres" }
