@@ -14,8 +14,9 @@ import (
 var composeVar = regexp.MustCompile(`\$\{[A-Z_]+:-([^}]*)\}`)
 
 // docker-compose.yml and the chart start the binary with the same configuration: the image's
-// entrypoint, the same args, the same CTXPROXY_* variables with the same values (the DSN read from
-// the chart's Secret), and /admin off in both until the operator sets a token.
+// entrypoint, the same args, the same variables with the same values (the DSN read from the
+// chart's Secret; the DSN's and the trace collector's host are the only values given), and /admin
+// off in both until the operator sets a token.
 func TestComposeAndChartStartTheBinaryAlike(t *testing.T) {
 	b, err := os.ReadFile("../../docker-compose.yml")
 	if err != nil {
@@ -48,7 +49,8 @@ func TestComposeAndChartStartTheBinaryAlike(t *testing.T) {
 		t.Fatalf("the image's entrypoint is not %s", imageBinary)
 	}
 
-	r, err := render(t, chartDir, nil, "postgres.dsn="+compose["CTXPROXY_MEMORY_STORE"])
+	r, err := render(t, chartDir, nil, "postgres.dsn="+compose["CTXPROXY_MEMORY_STORE"],
+		"tracing.otlpEndpoint="+compose["OTEL_EXPORTER_OTLP_ENDPOINT"])
 	if err != nil {
 		t.Fatal(err)
 	}

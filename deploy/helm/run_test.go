@@ -1,69 +1,26 @@
 package helm_test
 
 import (
-	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/tidwall/gjson"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/ctxproxy/ctxproxy/internal/binaries"
-	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
-	"github.com/ctxproxy/ctxproxy/internal/kubevolume"
-	"github.com/ctxproxy/ctxproxy/internal/pgtest"
-	"github.com/ctxproxy/ctxproxy/internal/stack"
+	"github.com/ctxproxy/ctxproxy/deploy/internal/kubevolume"
 )
 
 // imageBinary is where the Dockerfile puts ctxproxy in the image.
 const imageBinary = "/ctxproxy"
-
-var (
-	buildOnce sync.Once
-	binDir    string
-	binPath   string
-	buildErr  error
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
-
-// ctxproxyBinary builds cmd/ctxproxy with the repository's own go.mod (in its
-// root), as the Dockerfile does, not with this module's dependency versions.
-func ctxproxyBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		if binDir, buildErr = os.MkdirTemp("", "ctxproxy-helm-test"); buildErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "ctxproxy")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/ctxproxy")
-		cmd.Dir = "../.."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/ctxproxy: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
 
 // pod is a rendered pod spec made real on this machine: each volume mount is
 // a folder under root at the path it names (ConfigMaps written as the kubelet
@@ -128,7 +85,7 @@ func (p *pod) command(t *testing.T, c *corev1.Container, overrides map[string]st
 		list = append(list, k+"="+p.underRoot(v, mounts))
 	}
 	sort.Strings(list)
-	cmd := exec.Command(ctxproxyBinary(t), append(append([]string{}, c.Command[1:]...), c.Args...)...)
+	cmd := exec.Command(binary(t, "ctxproxy"), append(append([]string{}, c.Command[1:]...), c.Args...)...)
 	cmd.Env = list
 	return cmd
 }
@@ -151,21 +108,19 @@ func (p *pod) underRoot(v string, mounts []string) string {
 const chartKey = "sk-ant-helm-chart-test"
 
 func acmePolicy(trigger int) string {
-	return stack.TenantPolicy("acme", chartKey, fmt.Sprintf(
-		"context_management:\n  mode: enforce\n  clear_tool_uses:\n    trigger: { type: input_tokens, value: %d }\nmemory:\n  mode: proxy\n", trigger))
+	return fmt.Sprintf("tenant: acme\napi_keys_sha256: [%q]\n", keyHash(chartKey)) + fmt.Sprintf(
+		"context_management:\n  mode: enforce\n  clear_tool_uses:\n    trigger: { type: input_tokens, value: %d }\nmemory:\n  mode: proxy\n", trigger)
 }
 
 // The chart's configuration is the one that runs: the rendered migration Job's command, then the
 // rendered Deployment's command, args and env, with its mounts, against PostgreSQL and the fake
 // upstream; then a ConfigMap update reaches the running process.
 func TestChartConfigurationRunsTheBinary(t *testing.T) {
-	db := pgtest.New(t, "helm_chart_test")
-	fake := fakeapi.New()
-	up := httptest.NewServer(fake)
-	defer up.Close()
+	db := newTestDB(t)
+	fake := startFake(t)
 	values := func(trigger int) map[string]any {
 		return map[string]any{
-			"replicaCount": 3, "upstream": up.URL, "requireKnownTenant": true, "logLevel": "debug",
+			"replicaCount": 3, "upstream": fake.url, "requireKnownTenant": true, "logLevel": "debug",
 			"postgres": map[string]any{"dsn": db.URL},
 			"policies": map[string]any{"default.yaml": nil, "acme.yaml": acmePolicy(30000 + trigger)},
 		}
@@ -186,17 +141,12 @@ func TestChartConfigurationRunsTheBinary(t *testing.T) {
 		if err != nil || !strings.Contains(string(out), "schema memory at version") || !strings.Contains(string(out), "schema ledger at version") {
 			t.Fatalf("%v\n%s", err, out)
 		}
-		if n := db.QueryInt(t, `SELECT count(*) FROM ctxproxy_memory_migrations`) * db.QueryInt(t, `SELECT count(*) FROM ctxproxy_ledger_migrations`); n == 0 {
+		if db.tables(t, "ctxproxy_memory_migrations") != 1 || db.tables(t, "ctxproxy_ledger_migrations") != 1 {
 			t.Fatal("no schema after the Job")
 		}
 	})
 
-	cmd := p.command(t, c, map[string]string{"CTXPROXY_LISTEN": "127.0.0.1:0"})
-	proc, err := binaries.Start(context.Background(), cmd, "ctxproxy listening", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proc.Kill()
+	proc := start(t, p.command(t, c, map[string]string{"CTXPROXY_LISTEN": "127.0.0.1:0"}), "ctxproxy listening")
 	base := "http://" + proc.Addr
 
 	t.Run("the probes answer", func(t *testing.T) {
@@ -230,8 +180,7 @@ func TestChartConfigurationRunsTheBinary(t *testing.T) {
 			if code, body := post(t, base, chartKey); code != 200 {
 				t.Fatalf("%d %s", code, body)
 			}
-			req, _ := fake.LastRequest("/v1/messages")
-			if gjson.GetBytes(req.Body, "context_management.edits.0.trigger.value").Int() == 42345 {
+			if triggerOf(t, fake.lastMessages(t)) == 42345 {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -241,27 +190,54 @@ func TestChartConfigurationRunsTheBinary(t *testing.T) {
 		}
 	})
 	t.Run("SIGTERM ends it cleanly", func(t *testing.T) {
-		if code := proc.Stop(); code != 0 {
+		if code := proc.stop(); code != 0 {
 			t.Errorf("exit %d\n%s", code, proc.Log())
 		}
 	})
 }
 
-func checkTrigger(t *testing.T, fake *fakeapi.API, want int64) {
+// upstreamBody is the part of a request body the tests read.
+type upstreamBody struct {
+	ContextManagement struct {
+		Edits []struct {
+			Type    string `json:"type"`
+			Trigger struct {
+				Value int64 `json:"value"`
+			} `json:"trigger"`
+		} `json:"edits"`
+	} `json:"context_management"`
+	Tools []struct {
+		Type string `json:"type"`
+	} `json:"tools"`
+}
+
+func triggerOf(t *testing.T, req fakeRequest) int64 {
 	t.Helper()
-	req, ok := fake.LastRequest("/v1/messages")
-	if !ok {
-		t.Fatal("nothing reached the upstream")
+	var b upstreamBody
+	if err := json.Unmarshal(req.Body, &b); err != nil {
+		t.Fatal(err)
 	}
-	edit := gjson.GetBytes(req.Body, "context_management.edits.0")
-	if edit.Get("type").Str != "clear_tool_uses_20250919" || edit.Get("trigger.value").Int() != want {
-		t.Errorf("upstream body has edits %s, want the tenant's clear_tool_uses at %d", gjson.GetBytes(req.Body, "context_management"), want)
+	if len(b.ContextManagement.Edits) == 0 {
+		return 0
+	}
+	return b.ContextManagement.Edits[0].Trigger.Value
+}
+
+func checkTrigger(t *testing.T, fake *fakeUpstream, want int64) {
+	t.Helper()
+	req := fake.lastMessages(t)
+	var b upstreamBody
+	if err := json.Unmarshal(req.Body, &b); err != nil {
+		t.Fatal(err)
+	}
+	if e := b.ContextManagement.Edits; len(e) != 1 || e[0].Type != "clear_tool_uses_20250919" || e[0].Trigger.Value != want {
+		t.Errorf("upstream body has edits %+v, want the tenant's clear_tool_uses at %d", e, want)
 	}
 	if !strings.Contains(req.Header.Get("anthropic-beta"), "context-management-2025-06-27") {
 		t.Errorf("anthropic-beta %q", req.Header.Get("anthropic-beta"))
 	}
-	if !strings.Contains(gjson.GetBytes(req.Body, "tools").Raw, `"memory_20250818"`) {
-		t.Errorf("no memory tool: %s", gjson.GetBytes(req.Body, "tools").Raw)
+	if len(b.Tools) != 1 || b.Tools[0].Type != "memory_20250818" {
+		t.Errorf("tools %+v, want the memory tool", b.Tools)
 	}
 }
 
@@ -295,7 +271,7 @@ func post(t *testing.T, base, key string) (int, string) {
 // Every CTXPROXY_* variable the chart sets is one the binary reads (a typo would be ignored
 // silently), and the Job's subcommand exists.
 func TestChartSetsOnlyTheBinarysVariables(t *testing.T) {
-	help, _ := exec.Command(ctxproxyBinary(t), "--help").CombinedOutput()
+	help, _ := exec.Command(binary(t, "ctxproxy"), "--help").CombinedOutput()
 	known := map[string]bool{}
 	for _, m := range regexp.MustCompile(`\(env (CTXPROXY_[A-Z_]+)\)`).FindAllStringSubmatch(string(help), -1) {
 		known[m[1]] = true
@@ -319,7 +295,7 @@ func TestChartSetsOnlyTheBinarysVariables(t *testing.T) {
 					t.Errorf("%s: %s sets %s, which ctxproxy does not read", values, ct.Name, e.Name)
 				}
 			}
-			if out, err := exec.Command(ctxproxyBinary(t), append(ct.Args, "--help")...).CombinedOutput(); err != nil {
+			if out, err := exec.Command(binary(t, "ctxproxy"), append(ct.Args, "--help")...).CombinedOutput(); err != nil {
 				t.Errorf("%s: ctxproxy %v: %v\n%s", values, ct.Args, err, out)
 			}
 		}
@@ -329,10 +305,8 @@ func TestChartSetsOnlyTheBinarysVariables(t *testing.T) {
 // One pod without PostgreSQL: the file store and the file ledger land in the /data emptyDir the
 // chart mounts (the root filesystem is read-only).
 func TestChartOnFilesRunsTheBinary(t *testing.T) {
-	fake := fakeapi.New()
-	up := httptest.NewServer(fake)
-	defer up.Close()
-	r, err := render(t, chartDir, nil, "replicaCount=1", "upstream="+up.URL)
+	fake := startFake(t)
+	r, err := render(t, chartDir, nil, "replicaCount=1", "upstream="+fake.url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,18 +315,14 @@ func TestChartOnFilesRunsTheBinary(t *testing.T) {
 	}
 	d, c := r.deployment(t)
 	p := materialise(t, r, d.Spec.Template.Spec, t.TempDir())
-	proc, err := binaries.Start(context.Background(), p.command(t, c, map[string]string{"CTXPROXY_LISTEN": "127.0.0.1:0"}), "ctxproxy listening", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proc.Kill()
+	proc := start(t, p.command(t, c, map[string]string{"CTXPROXY_LISTEN": "127.0.0.1:0"}), "ctxproxy listening")
 	if code, body := get(t, "http://"+proc.Addr+c.ReadinessProbe.HTTPGet.Path); code != 200 {
 		t.Fatalf("readiness: %d %s", code, body)
 	}
 	if code, body := post(t, "http://"+proc.Addr, "sk-ant-anyone"); code != 200 {
 		t.Fatalf("%d %s", code, body)
 	}
-	if code := proc.Stop(); code != 0 {
+	if code := proc.stop(); code != 0 {
 		t.Fatalf("exit %d\n%s", code, proc.Log())
 	}
 	if b, err := os.ReadFile(filepath.Join(p.root, "data", "ledger.jsonl")); err != nil || !strings.Contains(string(b), `"tenant":"default"`) {

@@ -143,6 +143,14 @@ capabilities:
       name: {{ . }}
       key: {{ $.Values.adminToken.key }}
 {{- end }}
+{{- with .Values.tracing.otlpEndpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ . | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ $.Values.tracing.otlpProtocol | quote }}
+- name: OTEL_SERVICE_NAME
+  value: {{ $.Values.tracing.serviceName | quote }}
+{{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
