@@ -107,6 +107,11 @@ func canonicalPath(p string) string {
 // ServeHTTP sends /v1/ requests by classify and everything else (health,
 // metrics, admin) through the router.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.MemoryAPI != nil && memoryStoresPath(r.URL.Path) {
+		// The memory operator API is ctxproxy's own: its tokens never go upstream.
+		s.cfg.MemoryAPI.ServeHTTP(w, r)
+		return
+	}
 	rt, ok := classify(r.Method, r.URL.Path)
 	if !ok {
 		s.router.ServeHTTP(w, r)
@@ -136,4 +141,14 @@ func withPath(r *http.Request, p string) *http.Request {
 	u.Path, u.RawPath = p, ""
 	r2.URL = &u
 	return r2
+}
+
+// pathMemoryStores is the memory operator API (package memapi).
+const pathMemoryStores = "/v1/memory_stores"
+
+// memoryStoresPath reports whether p, in any spelling, is under the memory
+// operator API; such a request is never forwarded.
+func memoryStoresPath(p string) bool {
+	lower := strings.ToLower(canonicalPath(p))
+	return lower == pathMemoryStores || strings.HasPrefix(lower, pathMemoryStores+"/")
 }

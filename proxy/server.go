@@ -35,6 +35,7 @@ type Config struct {
 	Tracer             *tracing.Tracer  // nil: no traces
 	Admin              http.Handler     // the operator API under /admin/ (package admin); nil: disabled
 	Keys               KeyVerifier      // ctxproxy's own keys; nil: every sk-ctx- key is unknown
+	MemoryAPI          http.Handler     // /v1/memory_stores (package memapi); nil: passed upstream like any /v1/ path
 	Log                *zap.Logger
 	MaxBody            int64         // request body limit; default 32 MiB
 	RequireKnownTenant bool          // answer 401 to clients that match no tenant

@@ -21,6 +21,7 @@ type config struct {
 	Ledger             string
 	Prices             string
 	AdminToken         string
+	MemoryAudit        string
 	UpstreamTimeout    time.Duration
 	StreamIdleTimeout  time.Duration
 	ShutdownGrace      time.Duration
@@ -45,6 +46,7 @@ var serveFlags = []flagSpec{
 	{"ledger", "CTXPROXY_LEDGER", "file:./data/ledger.jsonl", "usage ledger: file:PATH or a postgres:// URL"},
 	{"prices", "CTXPROXY_PRICES", "", "prices file (default: prices.yaml in the policies folder)"},
 	{"admin-token", "CTXPROXY_ADMIN_TOKEN", "", "token for /admin endpoints; unset disables them"},
+	{"memory-audit", "CTXPROXY_MEMORY_AUDIT", "./data/memory-audit.jsonl", "audit log of the memory operator API (/v1/memory_stores)"},
 	{"upstream-timeout", "CTXPROXY_UPSTREAM_TIMEOUT", "10m", "longest wait for the upstream's first byte"},
 	{"stream-idle-timeout", "CTXPROXY_STREAM_IDLE_TIMEOUT", "5m", "longest silence between stream events"},
 	{"shutdown-grace", "CTXPROXY_SHUTDOWN_GRACE", "30s", "how long open requests may finish on SIGTERM"},
@@ -106,6 +108,7 @@ func parseConfig(name string, args []string, getenv func(string) string, specs [
 	c.Ledger = get("ledger")
 	c.Prices = get("prices")
 	c.AdminToken = get("admin-token")
+	c.MemoryAudit = get("memory-audit")
 	c.DebugAddr = get("debug-addr")
 	if v := get("max-body"); v != "" {
 		if c.MaxBody, err = parseSize(v); err != nil {

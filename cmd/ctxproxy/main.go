@@ -153,10 +153,17 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 	}
 	defer stopTracer()
 
+	memAPI, stopMemAPI, err := memoryOperatorAPI(ctx, cfg, mem, pols, log)
+	if err != nil {
+		return err
+	}
+	defer stopMemAPI()
+
 	srv, err := proxy.New(proxy.Config{
 		Upstream:           up,
 		Policies:           pols,
 		Memory:             mem,
+		MemoryAPI:          memAPI,
 		Recorder:           rec,
 		Metrics:            metrics,
 		Tracer:             tracer,

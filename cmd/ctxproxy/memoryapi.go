@@ -1,0 +1,42 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ctxproxy/ctxproxy/memapi"
+	"github.com/ctxproxy/ctxproxy/memoryhook"
+	"github.com/ctxproxy/ctxproxy/policy"
+)
+
+// retentionEvery is how often the versions past each tenant's
+// memory.history retention are pruned.
+const retentionEvery = 10 * time.Minute
+
+// memoryOperatorAPI builds /v1/memory_stores over the memory store and
+// starts pruning its history in the background; stop ends both.
+func memoryOperatorAPI(ctx context.Context, cfg *config, mem memoryhook.Store, pols *policy.Store, log *zap.Logger) (http.Handler, func(), error) {
+	st, ok := mem.(memoryhook.Governed)
+	if !ok {
+		return nil, func() {}, nil
+	}
+	audit, err := memapi.OpenAudit(cfg.MemoryAudit)
+	if err != nil {
+		return nil, nil, err
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		memapi.RunRetention(pctx, st, pols, log, retentionEvery)
+	}()
+	api := memapi.New(memapi.Config{Store: st, Policies: pols, AdminToken: cfg.AdminToken, Audit: audit, Log: log})
+	return api, func() {
+		cancel()
+		<-done
+		audit.Close()
+	}, nil
+}

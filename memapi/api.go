@@ -1,0 +1,252 @@
+// Package memapi is the memory operator API: the hosted memory stores'
+// REST shape (/v1/memory_stores/..., shared/spec/memory-stores.md §2) over
+// ctxproxy's own stores, one store per tenant, so that the official SDKs'
+// memoryStores clients work against ctxproxy with a base URL and an
+// operator token. Beyond the hosted API: restore, diff, export, import,
+// purge and an audit log of every operator call.
+//
+// Where ctxproxy differs from the hosted API:
+//   - a store is a tenant (id memstore_<tenant>, name <tenant>); stores are
+//     made and removed by policy files, so create, update, archive and
+//     delete of a store answer 400;
+//   - a memory's path is the memory tool's without /memories;
+//   - the memory tool has directories, hosted stores do not: a path that is
+//     a directory conflicts like an ancestor memory (409
+//     memory_path_conflict_error with an empty conflicting_memory_id);
+//   - an update of both content and path makes two versions (content, then
+//     the rename);
+//   - a version's created_by also carries the request id and upstream
+//     message id of the model's call (api_actor), or the operator token's
+//     name (service_account_actor); adopted files show system_actor;
+//   - version lists filter by request_id besides api_key_id and friends.
+package memapi
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ctxproxy/ctxproxy/memoryhook"
+	"github.com/ctxproxy/ctxproxy/policy"
+)
+
+// Config is what the API needs.
+type Config struct {
+	Store      memoryhook.Governed
+	Policies   *policy.Store
+	AdminToken string // "" : only tenants' operator tokens are accepted
+	Audit      *Audit // nil: calls are not audited (tests)
+	Log        *zap.Logger
+}
+
+// API is the operator API's http.Handler.
+type API struct {
+	cfg Config
+	mux *http.ServeMux
+}
+
+// StoreIDPrefix makes a store id from a tenant name.
+const StoreIDPrefix = "memstore_"
+
+// AdminName is the operator name of --admin-token in versions and audit.
+const AdminName = "admin"
+
+// New builds the API.
+func New(cfg Config) *API {
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	a := &API{cfg: cfg, mux: http.NewServeMux()}
+	const s = "/v1/memory_stores/{store}"
+	routes := map[string]handler{
+		"GET /v1/memory_stores":                       a.listStores,
+		"GET " + s:                                    a.getStore,
+		"GET " + s + "/memories":                      a.listMemories,
+		"POST " + s + "/memories":                     a.createMemory,
+		"GET " + s + "/memories/{mem}":                a.getMemory,
+		"POST " + s + "/memories/{mem}":               a.updateMemory,
+		"DELETE " + s + "/memories/{mem}":             a.deleteMemory,
+		"POST " + s + "/memories/{mem}/restore":       a.restoreMemory,
+		"GET " + s + "/memory_versions":               a.listVersions,
+		"GET " + s + "/memory_versions/{ver}":         a.getVersion,
+		"POST " + s + "/memory_versions/{ver}/redact": a.redactVersion,
+		"GET " + s + "/memory_versions/{ver}/diff":    a.diffVersion,
+		"GET " + s + "/export":                        a.export,
+		"POST " + s + "/import":                       a.importStore,
+		"POST " + s + "/purge":                        a.purge,
+		"GET " + s + "/audit":                         a.listAudit,
+		"POST /v1/memory_stores":                      a.storesByPolicy,
+		"POST " + s:                                   a.storesByPolicy,
+		"DELETE " + s:                                 a.storesByPolicy,
+		"POST " + s + "/archive":                      a.storesByPolicy,
+	}
+	for pattern, h := range routes {
+		a.mux.Handle(pattern, a.auth(h))
+	}
+	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found_error", "no route for "+r.Method+" "+r.URL.Path)
+	})
+	return a
+}
+
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+
+// call is one authenticated request.
+type call struct {
+	r        *http.Request
+	operator string         // the token's name
+	tenant   *policy.Policy // a tenant token's own tenant; nil for the admin token
+	audit    AuditRecord
+}
+
+type handler func(w http.ResponseWriter, c *call)
+
+// token is the credential as the SDKs send it: x-api-key (apiKey) or a
+// bearer token (authToken).
+func token(r *http.Request) string {
+	if t := r.Header.Get("x-api-key"); t != "" {
+		return t
+	}
+	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
+func (a *API) auth(h handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok := token(r)
+		c := &call{r: r}
+		switch {
+		case tok == "":
+			writeError(w, http.StatusUnauthorized, "authentication_error", "the memory operator API needs an operator token (x-api-key or Authorization: Bearer)")
+			return
+		case a.cfg.AdminToken != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(a.cfg.AdminToken)) == 1:
+			c.operator = AdminName
+		default:
+			p, name, ok := a.cfg.Policies.Current().OperatorToken(tok)
+			if !ok {
+				writeError(w, http.StatusUnauthorized, "authentication_error", "invalid operator token")
+				return
+			}
+			c.operator, c.tenant = name, p
+		}
+		c.audit = AuditRecord{Operator: c.operator, Method: r.Method, Path: r.URL.Path}
+		rec := &statusWriter{ResponseWriter: w}
+		h(rec, c)
+		if a.cfg.Audit != nil {
+			c.audit.Time = time.Now().UTC()
+			c.audit.Status = rec.status
+			if err := a.cfg.Audit.Append(c.audit); err != nil {
+				a.cfg.Log.Error("memory audit log write failed", zap.String("tenant", c.audit.Tenant), zap.Error(err))
+			}
+		}
+	})
+}
+
+// statusWriter remembers the status for the audit log.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// store resolves {store} to a tenant the caller may see; it answers 404
+// otherwise (a tenant token learns nothing of other tenants).
+func (a *API) store(w http.ResponseWriter, c *call) (*policy.Policy, bool) {
+	id := c.r.PathValue("store")
+	name, ok := strings.CutPrefix(id, StoreIDPrefix)
+	p := a.cfg.Policies.Current().Tenant(name)
+	if !ok || p == nil || (c.tenant != nil && c.tenant.Tenant != p.Tenant) {
+		writeError(w, http.StatusNotFound, "not_found_error", "memory store "+quoteID(id)+" not found")
+		return nil, false
+	}
+	c.audit.Tenant = p.Tenant
+	return p, true
+}
+
+func quoteID(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// operator returns the memoryhook.Operator for tenant p and caller c.
+func (a *API) operator(p *policy.Policy, c *call) memoryhook.Operator {
+	return memoryhook.Operator{St: a.cfg.Store, Sc: memoryhook.Scope{
+		Tenant: p.Tenant,
+		Limits: memoryhook.Limits(p.Memory.Limits),
+		Actor:  OperatorActor(c.operator),
+	}}
+}
+
+// OperatorActor is the actor of an operator's writes.
+func OperatorActor(name string) memoryhook.Actor {
+	return memoryhook.Actor{Type: memoryhook.ActorOperator, Operator: name}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// writeError answers in the API's error shape.
+func writeError(w http.ResponseWriter, status int, typ, msg string) {
+	writeErrorObj(w, status, map[string]any{"type": typ, "message": msg})
+}
+
+func writeErrorObj(w http.ResponseWriter, status int, obj map[string]any) {
+	writeJSON(w, status, map[string]any{"type": "error", "error": obj})
+}
+
+// storeError answers a store failure in the hosted API's terms.
+func (a *API) storeError(w http.ResponseWriter, c *call, err error, what string) {
+	var pc *memoryhook.PathConflictError
+	var inv *memoryhook.InvalidError
+	switch {
+	case errors.Is(err, memoryhook.ErrNotExist):
+		writeError(w, http.StatusNotFound, "not_found_error", what+" not found")
+	case errors.Is(err, memoryhook.ErrPrecondition):
+		writeError(w, http.StatusConflict, "memory_precondition_failed_error", "the memory's content_sha256 does not match the precondition, or it changed meanwhile")
+	case errors.Is(err, memoryhook.ErrHeadVersion):
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "the head version of a live memory cannot be redacted")
+	case errors.As(err, &pc):
+		writeErrorObj(w, http.StatusConflict, map[string]any{"type": "memory_path_conflict_error",
+			"message": "a memory or directory is in the way at " + pc.Path, "conflicting_memory_id": pc.MemoryID, "conflicting_path": pc.Path})
+	case errors.As(err, &inv):
+		writeError(w, http.StatusBadRequest, "invalid_request_error", inv.Msg)
+	default:
+		a.cfg.Log.Error("memory operator call failed", zap.String("tenant", c.audit.Tenant),
+			zap.String("operator", c.operator), zap.String("path", c.r.URL.Path), zap.Error(err))
+		writeError(w, http.StatusServiceUnavailable, "api_error", "memory store unavailable")
+	}
+}
+
+func (a *API) storesByPolicy(w http.ResponseWriter, c *call) {
+	writeError(w, http.StatusBadRequest, "invalid_request_error",
+		"ctxproxy memory stores are the tenants of the policy files: add, change or remove a tenant's policy file instead")
+}

@@ -1,0 +1,171 @@
+package memapi
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net/http"
+	"unicode/utf8"
+
+	"go.uber.org/zap"
+
+	"github.com/ctxproxy/ctxproxy/memoryhook"
+)
+
+// exportLine is one line of an export: a memory (current content) or,
+// with ?history=true, a version.
+type exportLine struct {
+	Type          string `json:"type"` // memory
+	ID            string `json:"id"`
+	Path          string `json:"path"`
+	Content       string `json:"content"`
+	ContentBase64 []byte `json:"content_base64,omitempty"` // for content that is not UTF-8
+	SHA256        string `json:"content_sha256"`
+	CreatedAt     string `json:"created_at"`
+	UpdatedAt     string `json:"updated_at"`
+}
+
+// export streams the tenant's memories as JSONL, newest versions after
+// them with ?history=true.
+func (a *API) export(w http.ResponseWriter, c *call) {
+	p, ok := a.store(w, c)
+	if !ok {
+		return
+	}
+	ctx := c.r.Context()
+	ms, err := a.cfg.Store.Memories(ctx, p.Tenant)
+	if err != nil {
+		a.storeError(w, c, err, "memory store")
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	enc := json.NewEncoder(w)
+	for _, m := range ms {
+		v, err := a.cfg.Store.Version(ctx, p.Tenant, m.VersionID, true)
+		if err != nil {
+			a.cfg.Log.Error("memory export cut short", zap.String("tenant", p.Tenant), zap.Error(err))
+			return // the client sees a stream without its last lines
+		}
+		line := exportLine{Type: "memory", ID: m.ID, Path: memoryhook.APIPath(m.Path), SHA256: m.SHA256,
+			CreatedAt: stamp(m.CreatedAt), UpdatedAt: stamp(m.UpdatedAt)}
+		if utf8.Valid(v.Content) {
+			line.Content = string(v.Content)
+		} else {
+			line.ContentBase64 = v.Content
+		}
+		enc.Encode(line)
+	}
+	if c.r.URL.Query().Get("history") != "true" {
+		return
+	}
+	vs, err := a.cfg.Store.Versions(ctx, p.Tenant, memoryhook.VersionQuery{Content: true})
+	if err != nil {
+		a.cfg.Log.Error("memory export cut short", zap.String("tenant", p.Tenant), zap.Error(err))
+		return
+	}
+	for _, v := range vs {
+		enc.Encode(versionObj(p.Tenant, v, true))
+	}
+}
+
+// importStore writes the memory lines of an export (JSONL body): a path
+// that exists is updated, else created; each write is a new version by
+// the operator. Version lines are history of the source and are skipped.
+func (a *API) importStore(w http.ResponseWriter, c *call) {
+	p, ok := a.store(w, c)
+	if !ok {
+		return
+	}
+	ctx := c.r.Context()
+	op := a.operator(p, c)
+	ms, err := a.cfg.Store.Memories(ctx, p.Tenant)
+	if err != nil {
+		a.storeError(w, c, err, "memory store")
+		return
+	}
+	byPath := map[string]memoryhook.Memory{}
+	for _, m := range ms {
+		byPath[memoryhook.APIPath(m.Path)] = m
+	}
+	counts := map[string]int{"created": 0, "updated": 0, "unchanged": 0, "skipped_versions": 0}
+	sc := bufio.NewScanner(io.LimitReader(c.r.Body, 1<<30))
+	sc.Buffer(make([]byte, 64<<10), 8<<20)
+	for n := 1; sc.Scan(); n++ {
+		var line exportLine
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_request_error", "line "+itoa(n)+": invalid JSON: "+err.Error())
+			return
+		}
+		switch line.Type {
+		case "memory_version":
+			counts["skipped_versions"]++
+			continue
+		case "memory":
+		default:
+			writeError(w, http.StatusBadRequest, "invalid_request_error", "line "+itoa(n)+": type must be memory or memory_version")
+			return
+		}
+		content := []byte(line.Content)
+		if line.ContentBase64 != nil {
+			content = line.ContentBase64
+		}
+		if m, ok := byPath[line.Path]; ok {
+			if m.SHA256 == memoryhook.SHA256Hex(content) {
+				counts["unchanged"]++
+				continue
+			}
+			_, err = op.Update(ctx, m.ID, content, nil, "")
+			counts["updated"]++
+		} else {
+			_, err = op.Create(ctx, line.Path, content)
+			counts["created"]++
+		}
+		if err != nil {
+			a.storeError(w, c, err, "memory "+quoteID(line.Path))
+			return
+		}
+	}
+	if err := sc.Err(); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "reading the export: "+err.Error())
+		return
+	}
+	out := map[string]any{"type": "memory_import", "memory_store_id": storeID(p.Tenant)}
+	for k, v := range counts {
+		out[k] = v
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func itoa(n int) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+// purge removes every file and version of the tenant. The body must name
+// the store: {"confirm": "memstore_<tenant>"}.
+func (a *API) purge(w http.ResponseWriter, c *call) {
+	p, ok := a.store(w, c)
+	if !ok {
+		return
+	}
+	var body struct {
+		Confirm string `json:"confirm"`
+	}
+	if !readBody(w, c.r, &body) {
+		return
+	}
+	if body.Confirm != storeID(p.Tenant) {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "purge erases the store for good: send {\"confirm\": \""+storeID(p.Tenant)+"\"}")
+		return
+	}
+	files, versions, err := a.cfg.Store.Purge(c.r.Context(), p.Tenant)
+	if err != nil {
+		a.storeError(w, c, err, "memory store")
+		return
+	}
+	a.cfg.Log.Warn("memory store purged", zap.String("tenant", p.Tenant), zap.String("operator", c.operator),
+		zap.Int("files", files), zap.Int("versions", versions))
+	c.audit.Detail = "purged " + itoa(files) + " files and " + itoa(versions) + " versions"
+	writeJSON(w, http.StatusOK, map[string]any{"type": "memory_store_purged", "id": storeID(p.Tenant),
+		"files": files, "versions": versions})
+}

@@ -1,0 +1,420 @@
+package memapi
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ctxproxy/ctxproxy/memoryhook"
+	"github.com/ctxproxy/ctxproxy/policy"
+)
+
+// Page sizes of the hosted API: basic pages up to 100 items, full up to 20.
+const (
+	maxBasicPage = 100
+	maxFullPage  = 20
+	maxBody      = 16 << 20
+)
+
+// memoryJSON is a memory object.
+type memoryJSON struct {
+	Type          string  `json:"type"`
+	ID            string  `json:"id"`
+	MemoryStoreID string  `json:"memory_store_id"`
+	Path          string  `json:"path"`
+	Content       *string `json:"content"`
+	SHA256        string  `json:"content_sha256"`
+	Size          int64   `json:"content_size_bytes"`
+	VersionID     string  `json:"memory_version_id"`
+	CreatedAt     string  `json:"created_at"`
+	UpdatedAt     string  `json:"updated_at"`
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func storeID(tenant string) string { return StoreIDPrefix + tenant }
+
+func memoryObj(tenant string, m memoryhook.Memory, content []byte, full bool) memoryJSON {
+	out := memoryJSON{Type: "memory", ID: m.ID, MemoryStoreID: storeID(tenant), Path: memoryhook.APIPath(m.Path),
+		SHA256: m.SHA256, Size: m.Size, VersionID: m.VersionID, CreatedAt: stamp(m.CreatedAt), UpdatedAt: stamp(m.UpdatedAt)}
+	if full {
+		s := string(content)
+		out.Content = &s
+	}
+	return out
+}
+
+// view reads ?view=, basic or full; def when absent.
+func view(w http.ResponseWriter, r *http.Request, def string) (full, ok bool) {
+	switch v := r.URL.Query().Get("view"); v {
+	case "":
+		return def == "full", true
+	case "basic", "full":
+		return v == "full", true
+	default:
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "view must be basic or full")
+		return false, false
+	}
+}
+
+// limit reads ?limit= between 1 and max, def when absent.
+func limit(w http.ResponseWriter, r *http.Request, max int) (int, bool) {
+	s := r.URL.Query().Get("limit")
+	if s == "" {
+		return max, true
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > max {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("limit must be an integer from 1 to %d", max))
+		return 0, false
+	}
+	return n, true
+}
+
+func (a *API) listStores(w http.ResponseWriter, c *call) {
+	var data []any
+	for _, p := range a.cfg.Policies.Current().Tenants() {
+		if c.tenant == nil || c.tenant.Tenant == p.Tenant {
+			data = append(data, storeObj(p))
+		}
+	}
+	if data == nil {
+		data = []any{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": data, "next_page": nil})
+}
+
+func storeObj(p *policy.Policy) map[string]any {
+	return map[string]any{"type": "memory_store", "id": storeID(p.Tenant), "name": p.Tenant,
+		"description": "ctxproxy memory of tenant " + p.Tenant + " (" + p.File + ")", "metadata": map[string]string{},
+		"created_at": stamp(time.Unix(0, 0)), "updated_at": stamp(time.Unix(0, 0)), "archived_at": nil}
+}
+
+func (a *API) getStore(w http.ResponseWriter, c *call) {
+	if p, ok := a.store(w, c); ok {
+		writeJSON(w, http.StatusOK, storeObj(p))
+	}
+}
+
+// listItem is a memory or a memory_prefix marker in a listing.
+type listItem struct {
+	key string // sort and cursor key: the API path
+	mem *memoryhook.Memory
+}
+
+func (a *API) listMemories(w http.ResponseWriter, c *call) {
+	p, ok := a.store(w, c)
+	if !ok {
+		return
+	}
+	q := c.r.URL.Query()
+	full, ok := view(w, c.r, "basic")
+	if !ok {
+		return
+	}
+	max := maxBasicPage
+	if full {
+		max = maxFullPage
+	}
+	n, ok := limit(w, c.r, max)
+	if !ok {
+		return
+	}
+	prefix := q.Get("path_prefix")
+	if prefix != "" && (!strings.HasPrefix(prefix, "/") || !strings.HasSuffix(prefix, "/")) {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "path_prefix must start and end with /")
+		return
+	}
+	depth := 0
+	if s := q.Get("depth"); s != "" {
+		d, err := strconv.Atoi(s)
+		if err != nil || d < 1 {
+			writeError(w, http.StatusBadRequest, "invalid_request_error", "depth must be a positive integer")
+			return
+		}
+		depth = d
+	}
+	after := ""
+	if pg := q.Get("page"); pg != "" {
+		b, err := base64.RawURLEncoding.DecodeString(pg)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid page cursor")
+			return
+		}
+		after = string(b)
+	}
+	ms, err := a.cfg.Store.Memories(c.r.Context(), p.Tenant)
+	if err != nil {
+		a.storeError(w, c, err, "memory store")
+		return
+	}
+	items := listing(ms, prefix, depth)
+	start := sort.Search(len(items), func(i int) bool { return items[i].key > after })
+	items = items[start:]
+	next := any(nil)
+	if len(items) > n {
+		items = items[:n]
+		next = base64.RawURLEncoding.EncodeToString([]byte(items[n-1].key))
+	}
+	data := make([]any, 0, len(items))
+	for _, it := range items {
+		if it.mem == nil {
+			data = append(data, map[string]string{"type": "memory_prefix", "path": it.key})
+			continue
+		}
+		var content []byte
+		if full {
+			v, err := a.cfg.Store.Version(c.r.Context(), p.Tenant, it.mem.VersionID, true)
+			if err != nil {
+				a.storeError(w, c, err, "memory")
+				return
+			}
+			content = v.Content
+		}
+		data = append(data, memoryObj(p.Tenant, *it.mem, content, full))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": data, "next_page": next})
+}
+
+// listing filters ms by prefix (whole segments) and rolls what lies
+// deeper than depth below it into memory_prefix markers, sorted by path.
+func listing(ms []memoryhook.Memory, prefix string, depth int) []listItem {
+	var out []listItem
+	seen := map[string]bool{}
+	base := strings.Count(prefix, "/")
+	if prefix == "" {
+		base = 1
+	}
+	for i := range ms {
+		path := memoryhook.APIPath(ms[i].Path)
+		if prefix != "" && !strings.HasPrefix(path, prefix) {
+			continue
+		}
+		if depth > 0 {
+			segs := strings.Split(path[1:], "/")
+			if below := len(segs) - (base - 1); below > depth {
+				marker := "/" + strings.Join(segs[:base-1+depth], "/") + "/"
+				if !seen[marker] {
+					seen[marker] = true
+					out = append(out, listItem{key: marker})
+				}
+				continue
+			}
+		}
+		out = append(out, listItem{key: path, mem: &ms[i]})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
+	return out
+}
+
+// readBody decodes a JSON request body into v.
+func readBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+	if err := dec.Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid JSON body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+func (a *API) createMemory(w http.ResponseWriter, c *call) {
+	p, ok := a.store(w, c)
+	if !ok {
+		return
+	}
+	full, ok := view(w, c.r, "basic")
+	if !ok {
+		return
+	}
+	var body struct {
+		Path    *string `json:"path"`
+		Content *string `json:"content"`
+	}
+	if !readBody(w, c.r, &body) {
+		return
+	}
+	if body.Path == nil || body.Content == nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "path and content are required")
+		return
+	}
+	m, err := a.operator(p, c).Create(c.r.Context(), *body.Path, []byte(*body.Content))
+	if err != nil {
+		a.storeError(w, c, err, "memory")
+		return
+	}
+	c.audit.MemoryID, c.audit.After = m.ID, m.SHA256
+	writeJSON(w, http.StatusOK, memoryObj(p.Tenant, m, []byte(*body.Content), full))
+}
+
+// memory loads {mem} of tenant p; content when full.
+func (a *API) memory(w http.ResponseWriter, c *call, p *policy.Policy, full bool) (memoryhook.Memory, []byte, bool) {
+	id := c.r.PathValue("mem")
+	c.audit.MemoryID = id
+	m, err := a.cfg.Store.MemoryByID(c.r.Context(), p.Tenant, id)
+	if err != nil {
+		a.storeError(w, c, err, "memory "+quoteID(id))
+		return m, nil, false
+	}
+	var content []byte
+	if full {
+		v, err := a.cfg.Store.Version(c.r.Context(), p.Tenant, m.VersionID, true)
+		if err != nil {
+			a.storeError(w, c, err, "memory "+quoteID(id))
+			return m, nil, false
+		}
+		content = v.Content
+	}
+	return m, content, true
+}
+
+func (a *API) getMemory(w http.ResponseWriter, c *call) {
+	p, ok := a.store(w, c)
+	if !ok {
+		return
+	}
+	full, ok := view(w, c.r, "full")
+	if !ok {
+		return
+	}
+	if m, content, ok := a.memory(w, c, p, full); ok {
+		writeJSON(w, http.StatusOK, memoryObj(p.Tenant, m, content, full))
+	}
+}
+
+func (a *API) updateMemory(w http.ResponseWriter, c *call) {
+	p, ok := a.store(w, c)
+	if !ok {
+		return
+	}
+	full, ok := view(w, c.r, "basic")
+	if !ok {
+		return
+	}
+	var body struct {
+		Path         *string `json:"path"`
+		Content      *string `json:"content"`
+		Precondition *struct {
+			Type   string `json:"type"`
+			SHA256 string `json:"content_sha256"`
+		} `json:"precondition"`
+	}
+	if !readBody(w, c.r, &body) {
+		return
+	}
+	expect := ""
+	if pc := body.Precondition; pc != nil {
+		if pc.Type != "content_sha256" || !isSHA(pc.SHA256) {
+			writeError(w, http.StatusBadRequest, "invalid_request_error", "precondition must be {type: content_sha256, content_sha256: <64 lowercase hex>}")
+			return
+		}
+		expect = pc.SHA256
+	}
+	id := c.r.PathValue("mem")
+	c.audit.MemoryID = id
+	before, _ := a.cfg.Store.MemoryByID(c.r.Context(), p.Tenant, id)
+	c.audit.Before = before.SHA256
+	var content []byte
+	if body.Content != nil {
+		content = []byte(*body.Content)
+	}
+	m, err := a.operator(p, c).Update(c.r.Context(), id, content, body.Path, expect)
+	if err != nil {
+		a.storeError(w, c, err, "memory "+quoteID(id))
+		return
+	}
+	c.audit.After = m.SHA256
+	a.respondMemory(w, c, p, m, full)
+}
+
+// respondMemory answers with m, reading its content when full.
+func (a *API) respondMemory(w http.ResponseWriter, c *call, p *policy.Policy, m memoryhook.Memory, full bool) {
+	var content []byte
+	if full {
+		v, err := a.cfg.Store.Version(c.r.Context(), p.Tenant, m.VersionID, true)
+		if err != nil {
+			a.storeError(w, c, err, "memory")
+			return
+		}
+		content = v.Content
+	}
+	writeJSON(w, http.StatusOK, memoryObj(p.Tenant, m, content, full))
+}
+
+func isSHA(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !(s[i] >= '0' && s[i] <= '9' || s[i] >= 'a' && s[i] <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func (a *API) deleteMemory(w http.ResponseWriter, c *call) {
+	p, ok := a.store(w, c)
+	if !ok {
+		return
+	}
+	expect := c.r.URL.Query().Get("expected_content_sha256")
+	if expect != "" && !isSHA(expect) {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "expected_content_sha256 must be 64 lowercase hex digits")
+		return
+	}
+	id := c.r.PathValue("mem")
+	c.audit.MemoryID = id
+	before, _ := a.cfg.Store.MemoryByID(c.r.Context(), p.Tenant, id)
+	c.audit.Before = before.SHA256
+	if err := a.operator(p, c).Delete(c.r.Context(), id, expect); err != nil {
+		a.storeError(w, c, err, "memory "+quoteID(id))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"id": id, "type": "memory_deleted"})
+}
+
+func (a *API) restoreMemory(w http.ResponseWriter, c *call) {
+	p, ok := a.store(w, c)
+	if !ok {
+		return
+	}
+	full, ok := view(w, c.r, "basic")
+	if !ok {
+		return
+	}
+	var body struct {
+		VersionID    string `json:"version_id"`
+		Precondition *struct {
+			SHA256 string `json:"content_sha256"`
+		} `json:"precondition"`
+	}
+	if !readBody(w, c.r, &body) {
+		return
+	}
+	if body.VersionID == "" {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "version_id is required")
+		return
+	}
+	expect := ""
+	if body.Precondition != nil {
+		expect = body.Precondition.SHA256
+	}
+	id := c.r.PathValue("mem")
+	c.audit.MemoryID, c.audit.VersionID = id, body.VersionID
+	before, _ := a.cfg.Store.MemoryByID(c.r.Context(), p.Tenant, id)
+	c.audit.Before = before.SHA256
+	m, err := a.operator(p, c).Restore(c.r.Context(), id, body.VersionID, expect)
+	if err != nil {
+		a.storeError(w, c, err, "memory or version")
+		return
+	}
+	c.audit.After = m.SHA256
+	a.respondMemory(w, c, p, m, full)
+}
+

@@ -1,0 +1,50 @@
+package memapi
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ctxproxy/ctxproxy/memoryhook"
+	"github.com/ctxproxy/ctxproxy/policy"
+)
+
+// Retention returns a tenant's memory.history as the store's Retention.
+func Retention(p *policy.Policy) memoryhook.Retention {
+	return memoryhook.Retention{KeepDays: p.Memory.History.KeepDays, KeepLatest: p.Memory.History.KeepLatest}
+}
+
+// PruneAll prunes every tenant's history by its policy once; it returns
+// how many versions went.
+func PruneAll(ctx context.Context, st memoryhook.Governed, pols *policy.Store, log *zap.Logger) int {
+	total := 0
+	for _, p := range pols.Current().Tenants() {
+		n, err := st.Prune(ctx, p.Tenant, Retention(p), time.Now())
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Error("memory history pruning failed", zap.String("tenant", p.Tenant), zap.Error(err))
+			}
+			continue
+		}
+		if n > 0 {
+			log.Info("memory history pruned", zap.String("tenant", p.Tenant), zap.Int("versions", n))
+		}
+		total += n
+	}
+	return total
+}
+
+// RunRetention prunes at start and then every interval until ctx ends.
+func RunRetention(ctx context.Context, st memoryhook.Governed, pols *policy.Store, log *zap.Logger, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		PruneAll(ctx, st, pols, log)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
