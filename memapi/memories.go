@@ -417,4 +417,3 @@ func (a *API) restoreMemory(w http.ResponseWriter, c *call) {
 	c.audit.After = m.SHA256
 	a.respondMemory(w, c, p, m, full)
 }
-

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
+	osexec "os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -97,10 +97,10 @@ func crashSetup(t *testing.T) string {
 
 func crashRun(t *testing.T, dir, cmd, step string) {
 	t.Helper()
-	c := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
+	c := osexec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
 	c.Env = append(os.Environ(), "CRASH_DIR="+dir, "CRASH_CMD="+cmd, "CRASH_STEP="+step)
 	out, err := c.CombinedOutput()
-	var ee *exec.ExitError
+	var ee *osexec.ExitError
 	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		t.Fatalf("child was not killed at %s: %v\n%s", step, err, out)
 	}

@@ -62,6 +62,7 @@ func (x *exchange) startLoop(firstID bool) {
 // roundEnd is what a round that ended normally tells the loop.
 type roundEnd struct {
 	id         string
+	requestID  string // the upstream's request-id of the reply: with id, the attribution of its memory writes
 	stopReason string
 	calls      []memCall // the memory tool_use blocks, in order
 	others     int       // the client's own tool_use blocks
@@ -106,7 +107,7 @@ func (x *exchange) advance(ctx context.Context, e roundEnd, assistant func() []b
 		x.saveContinuation(ctx, l.clientID, e.id, nil)
 		return false, "", nil
 	}
-	results := x.runMemory(ctx, e.calls)
+	results := x.runMemory(ctx, e)
 	if e.others > 0 || l.round >= x.maxIterations() {
 		x.saveContinuation(ctx, l.clientID, e.id, results)
 		if e.others > 0 {
@@ -129,11 +130,15 @@ func (x *exchange) advance(ctx context.Context, e roundEnd, assistant func() []b
 
 // runMemory executes calls in order and returns the tool_result blocks as a
 // JSON array, ready to be the content of the next user turn.
-func (x *exchange) runMemory(ctx context.Context, calls []memCall) []byte {
+func (x *exchange) runMemory(ctx context.Context, e roundEnd) []byte {
 	out := make([]byte, 0, 256)
 	out = append(out, '[')
 	sc := x.scope()
-	for i, c := range calls {
+	// The memory history records who wrote: the key, and the upstream
+	// request and message whose tool_use ran (as the ledger names them).
+	sc.Actor = memoryhook.Actor{Type: memoryhook.ActorModel, Tenant: sc.Tenant, KeyID: x.req.keyID,
+		RequestID: e.requestID, MessageID: e.id}
+	for i, c := range e.calls {
 		var res memoryhook.Result
 		if x.s.cfg.Memory == nil {
 			res = memoryhook.Result{Command: gjson.GetBytes(c.input, "command").String(), IsError: true,
@@ -297,7 +302,7 @@ func (x *exchange) servePlain() {
 			end.stopReason = gjson.GetBytes(reply, "stop_reason").Str
 		}
 		if x.mayContinue(end.stopReason) {
-			end.id = gjson.GetBytes(reply, "id").Str
+			end.id, end.requestID = gjson.GetBytes(reply, "id").Str, resp.Header.Get("Request-Id")
 			client, end.calls, end.others = splitReply(reply)
 		}
 		more, stop, err := x.advance(ctx, end, func() []byte { return []byte(gjson.GetBytes(reply, "content").Raw) })

@@ -27,6 +27,7 @@ type round struct {
 	phase      phase
 	id         string
 	model      string // message_start's message.model
+	requestID  string // the upstream's request-id header of this round
 	stopReason string
 	delta      []byte   // the message_delta event's data, withheld until the end
 	stopRaw    []byte   // the message_stop event as it came
@@ -61,7 +62,7 @@ func malformedf(format string, args ...any) error { return &malformed{fmt.Sprint
 
 // end is what the round tells the memory loop.
 func (rd *round) end() roundEnd {
-	return roundEnd{id: rd.id, stopReason: rd.stopReason, calls: rd.calls, others: rd.others}
+	return roundEnd{id: rd.id, requestID: rd.requestID, stopReason: rd.stopReason, calls: rd.calls, others: rd.others}
 }
 
 // relay copies one upstream stream to the client, up to its message_stop

@@ -73,7 +73,7 @@ func (x *exchange) streamRound(ctx context.Context, sw *streamWriter) (*round, u
 	ir := newIdleReader(resp.Body, x.s.cfg.StreamIdleTimeout, cancel)
 	up := upstreamBody{ir: ir, cancel: cancel, rest: &io.LimitedReader{R: ir, N: math.MaxInt64}}
 	up.src = newSSEReader(up.rest)
-	rd := &round{memory: x.req.memory, first: x.loop.round == 0}
+	rd := &round{memory: x.req.memory, first: x.loop.round == 0, requestID: resp.Header.Get("Request-Id")}
 	err = rd.relay(up.src, sw)
 	if err == nil && rd.done {
 		err = up.afterStop()

@@ -107,7 +107,8 @@ func WithoutAuthCheck() Option { return func(a *API) { a.opts.NoAuthCheck = true
 
 // Request is one request the fake saw.
 type Request struct {
-	Seq      int64 // 1-based arrival order
+	Seq      int64  // 1-based arrival order
+	ID       string // the request-id header it was answered with (/v1/messages)
 	Time     time.Time
 	Method   string
 	Path     string

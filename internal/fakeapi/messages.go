@@ -31,6 +31,7 @@ func (a *API) serveMessages(w http.ResponseWriter, req *http.Request, reqID stri
 	a.mu.Unlock()
 	body, st, e := a.readBody(req)
 	r := newRequest(a, req, body)
+	r.ID = reqID
 	r.CountTokens = countTokens
 	if e == nil && req.Method != http.MethodPost {
 		st, e = 405, &APIError{Type: "invalid_request_error", Message: "Method " + req.Method + " not allowed; use POST"}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
 	"github.com/ctxproxy/ctxproxy/keys"
+	"github.com/ctxproxy/ctxproxy/memapi"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/ctxproxy/ctxproxy/policy"
 	"github.com/ctxproxy/ctxproxy/proxy"
@@ -83,6 +84,10 @@ type Config struct {
 	Fake     *fakeapi.API      // nil: fakeapi.New logging to Log, named "fake"
 	Recorder *tokens.Recorder  // nil: no accounting
 	Log      *zap.Logger       // nil: no logs
+	// AdminToken is the memory operator API's (/v1/memory_stores) admin
+	// token; tenants' operator_tokens_sha256 work too. The audit log is
+	// Dir/memory-audit.jsonl.
+	AdminToken string
 }
 
 // Stack is a running fake upstream and ctxproxy.
@@ -140,7 +145,13 @@ func Start(cfg Config) (_ *Stack, err error) {
 	}
 	s.Keys = keys.NewKeyring(keyStore)
 	s.stops = append(s.stops, func() { _ = keyStore.Close() })
-	srv, err := proxy.New(proxy.Config{Upstream: up, Policies: pols, Memory: mem, Recorder: cfg.Recorder, Log: log, Keys: s.Keys})
+	audit, err := memapi.OpenAudit(filepath.Join(cfg.Dir, "memory-audit.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	s.stops = append(s.stops, func() { _ = audit.Close() })
+	memAPI := memapi.New(memapi.Config{Store: mem, Policies: pols, AdminToken: cfg.AdminToken, Audit: audit, Log: log})
+	srv, err := proxy.New(proxy.Config{Upstream: up, Policies: pols, Memory: mem, MemoryAPI: memAPI, Recorder: cfg.Recorder, Log: log, Keys: s.Keys})
 	if err != nil {
 		return nil, err
 	}
