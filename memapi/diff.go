@@ -45,12 +45,12 @@ func Diff(a, b string) string {
 		case i < len(x) && j < len(y) && x[i] == y[j]:
 			emit("  ", x[i])
 			i, j = i+1, j+1
-		case j < len(y) && (i == len(x) || lcs[i][j+1] >= lcs[i+1][j]):
-			emit("+ ", y[j])
-			j++
-		default:
+		case i < len(x) && (j == len(y) || lcs[i+1][j] >= lcs[i][j+1]):
 			emit("- ", x[i])
 			i++
+		default:
+			emit("+ ", y[j])
+			j++
 		}
 	}
 	return out.String()

@@ -297,11 +297,16 @@ func (l *tenantLog) settle(tr *os.Root, rec *logRec, off, n int64) error {
 	if err != nil {
 		return fmt.Errorf("memory history: settle record %d: %w", rec.N, err)
 	}
+	return l.decide(rec, off, n, done)
+}
+
+// decide records rec's outcome.
+func (l *tenantLog) decide(rec *logRec, off, n int64, done bool) error {
 	if done {
 		l.commit(rec, off, n)
 		return nil
 	}
-	_, _, err = l.append(&logRec{T: "a", N: rec.N}, true)
+	_, _, err := l.append(&logRec{T: "a", N: rec.N}, true)
 	return err
 }
 
@@ -518,7 +523,14 @@ func (h *fileHistory) do(ctx context.Context, tr *os.Root, sc Scope, ch change, 
 		crashHook("committed")
 		return nil
 	}
-	if err := l.settle(tr, rec, off, n); err != nil {
+	done, err := happened(tr, rec)
+	if err != nil {
+		// The path cannot be read now: a link was swapped in on the way
+		// (by someone outside the tool), which is also what refused the
+		// write before it changed anything.
+		done = false
+	}
+	if err := l.decide(rec, off, n, done); err != nil {
 		return errors.Join(ferr, err)
 	}
 	return ferr
