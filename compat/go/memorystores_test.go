@@ -63,7 +63,15 @@ func TestSDKMemoryStoresClient(t *testing.T) {
 	for _, s := range stores.Data {
 		names = append(names, s.ID+"="+s.Name)
 	}
-	if got := strings.Join(names, " "); got != "memstore_agent=agent memstore_default=default memstore_inject=inject" {
+	// One store per tenant policy, id memstore_<tenant>, name <tenant>.
+	tenants := 0
+	for name := range policies() {
+		if strings.HasSuffix(name, ".yaml") {
+			tenants++
+		}
+	}
+	if got := " " + strings.Join(names, " ") + " "; len(names) != tenants ||
+		!strings.Contains(got, " memstore_agent=agent ") || !strings.Contains(got, " memstore_default=default ") {
 		t.Errorf("stores: %s", got)
 	}
 
