@@ -24,6 +24,11 @@
 //
 // Every reply carries a request-id: req_fake_... header; errors use the API's
 // shape {"type":"error","error":{"type","message"[,"details"]},"request_id"}.
+// Every request records the credential it carried (Request.Credential:
+// x-api-key, else the Bearer token). With Options.EchoHeaders ("echo_headers"
+// in /_fake/options) the fake behaves like a careless upstream: every reply
+// repeats the request's headers as X-Fake-Echo-* headers, every error quotes
+// them in its message, and other /v1/ routes list them in their body.
 //
 // # Validation (400 invalid_request_error unless noted)
 //
