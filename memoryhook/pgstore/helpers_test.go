@@ -34,7 +34,11 @@ func (db *testDB) openURL(t *testing.T, url string, opts ...Option) *Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := Open(ctx, url, append([]Option{WithApplicationName(db.app)}, opts...)...)
+	// A command deadline far above the default: tests that queue a hundred
+	// writes on one tenant's lock (the conformance suite, two replicas)
+	// assert what lands, not how fast, and a loaded machine under -race is
+	// slow. Tests of the deadline pass their own WithTimeout.
+	s, err := Open(ctx, url, append([]Option{WithApplicationName(db.app), WithTimeout(time.Minute)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
