@@ -165,3 +165,22 @@ func TestRedactReader(t *testing.T) {
 		}
 	}
 }
+
+// A key file (a mounted secret) is read again on reload: after a rotation of
+// the secret and a reload, the new key goes upstream.
+func TestATenantKeyFileIsReadAgainOnReload(t *testing.T) {
+	p := testPolicies()
+	p["filed.yaml"] = "tenant: filed\napi_keys_sha256: [\"" + sha(keyVaultClient) + "\"]\nupstream:\n  api_key_file: filed.key\n"
+	p["filed.key"] = "sk-ant-first-key\n"
+	h := newHarnessWith(t, nil, p)
+	for _, key := range []string{"sk-ant-first-key", "sk-ant-rotated-key"} {
+		writePolicies(t, h.polDir, map[string]string{"filed.key": key + "\n"})
+		if err := h.pols.Reload(); err != nil {
+			t.Fatal(err)
+		}
+		resp, body := h.send(http.MethodGet, "/v1/models", "", "X-Api-Key", keyVaultClient)
+		if got := h.lastUpstream("/v1/models").Credential; resp.StatusCode != 200 || got != key {
+			t.Fatalf("%d %s; upstream credential %q, want %q", resp.StatusCode, body, got, key)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -97,4 +98,21 @@ func TestCtxproxyKeys(t *testing.T) {
 			}
 		}
 	})
+}
+
+// brokenKeys is a key store that cannot answer.
+type brokenKeys struct{}
+
+func (brokenKeys) Verify(context.Context, string) (keys.Key, error) {
+	return keys.Key{}, errors.New("dial tcp 127.0.0.1:5432: connection refused")
+}
+
+// With the key store down, a ctxproxy key cannot be checked: 503, nothing
+// upstream, and the default tenant does not step in.
+func TestCtxproxyKeysWithTheKeyStoreDown(t *testing.T) {
+	h := newHarnessWith(t, nil, vaultPolicies(t), func(c *Config) { c.Keys = brokenKeys{} })
+	resp, body := h.send(http.MethodPost, "/v1/messages", forwardedRoutes[0].body, "X-Api-Key", "sk-ctx-"+strings.Repeat("a", 44))
+	if resp.StatusCode != 503 || gjson.Get(body, "error.type").Str != "api_error" || strings.Contains(body, "5432") || len(h.fake.Requests()) != 0 {
+		t.Fatalf("%d %s; upstream saw %d", resp.StatusCode, body, len(h.fake.Requests()))
+	}
 }
