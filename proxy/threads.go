@@ -78,17 +78,31 @@ func (x *exchange) applyContinuation(ctx context.Context, body []byte) ([]byte, 
 	if !results.IsArray() || len(results.Array()) == 0 {
 		return body, nil
 	}
-	first := gjson.GetBytes(body, "messages.0")
-	if first.Get("role").Str != "user" {
-		turn := append(append([]byte(`{"role":"user","content":`), results.Raw...), '}')
-		msgs := gjson.GetBytes(body, "messages")
-		if !msgs.IsArray() || len(msgs.Array()) == 0 {
-			return sjson.SetRawBytes(body, "messages", append(append([]byte{'['}, turn...), ']'))
-		}
-		inner := msgs.Raw[1:]
-		return sjson.SetRawBytes(body, "messages", append(append(append([]byte{'['}, turn...), ','), inner...))
+	return placeOwedResults(body, results)
+}
+
+// placeOwedResults puts the owed tool_results first in the request's first
+// user turn.
+func placeOwedResults(body []byte, results gjson.Result) ([]byte, error) {
+	// The results answer the thread's last assistant turn, so they go in the
+	// first user turn. Mid-conversation system entries stand outside the
+	// user/assistant alternation, and none may sit between a tool_use and
+	// its tool_result: leading system entries are skipped, and the user turn
+	// carrying the results is moved ahead of them.
+	var msgs []gjson.Result
+	gjson.GetBytes(body, "messages").ForEach(func(_, m gjson.Result) bool {
+		msgs = append(msgs, m)
+		return true
+	})
+	k := 0
+	for k < len(msgs) && msgs[k].Get("role").Str == "system" {
+		k++
 	}
-	content := first.Get("content")
+	if k == len(msgs) || msgs[k].Get("role").Str != "user" {
+		turn := append(append([]byte(`{"role":"user","content":`), results.Raw...), '}')
+		return setMessages(body, append([][]byte{turn}, rawMessages(msgs)...))
+	}
+	content := msgs[k].Get("content")
 	var merged []byte
 	owed := results.Raw[:len(results.Raw)-1] // "[...": without the closing bracket
 	switch {
@@ -100,5 +114,26 @@ func (x *exchange) applyContinuation(ctx context.Context, body []byte) ([]byte, 
 	default:
 		merged = []byte(results.Raw)
 	}
-	return sjson.SetRawBytes(body, "messages.0.content", merged)
+	if k == 0 {
+		return sjson.SetRawBytes(body, "messages.0.content", merged)
+	}
+	turn, err := sjson.SetRawBytes([]byte(msgs[k].Raw), "content", merged)
+	if err != nil {
+		return nil, err
+	}
+	rest := rawMessages(msgs)
+	out := append([][]byte{turn}, rest[:k]...)
+	return setMessages(body, append(out, rest[k+1:]...))
+}
+
+func rawMessages(msgs []gjson.Result) [][]byte {
+	out := make([][]byte, len(msgs))
+	for i, m := range msgs {
+		out[i] = []byte(m.Raw)
+	}
+	return out
+}
+
+func setMessages(body []byte, msgs [][]byte) ([]byte, error) {
+	return sjson.SetRawBytes(body, "messages", joinArray(msgs))
 }

@@ -122,3 +122,32 @@ func TestAContinueOfAnUnknownThreadIsTheUpstreamsAnswer(t *testing.T) {
 		t.Fatalf("status %d body %s", resp.StatusCode, got)
 	}
 }
+
+// A continue that begins with a mid-conversation system entry: the owed
+// memory results still come right after the thread's tool_use, in the
+// client's user turn, which moves ahead of the system entry (none may sit
+// between a tool_use and its tool_result).
+func TestOwedResultsSkipALeadingSystemEntry(t *testing.T) {
+	h := newHarness(t)
+	h.fake.SetResponder(fakeapi.Script(
+		fakeapi.Blocks(fakeapi.MemoryCreate("/memories/city.md", "Paris"),
+			fakeapi.ToolUse("toolu_w1", "get_weather", map[string]string{"city": "Paris"})),
+		fakeapi.TextReply("Sunny in Paris."),
+	))
+	tools := `"tools":[{"name":"get_weather","input_schema":{"type":"object"}}],`
+	resp := h.post("/v1/messages", keyAcme, threadCreate(false, tools), "Anthropic-Beta", threadBeta)
+	msg := readAll(t, resp.Body)
+	cont := `{"model":"claude-sonnet-4-5","max_tokens":100,"thread":{"type":"continue","previous_message_id":"` + gjson.Get(msg, "id").Str +
+		`"},"messages":[{"role":"system","content":"The user is in Paris."},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_w1","content":"sunny"}]}]}`
+	resp = h.post("/v1/messages", keyAcme, cont, "Anthropic-Beta", threadBeta)
+	if got := readAll(t, resp.Body); resp.StatusCode != 200 {
+		t.Fatalf("continue refused: %d %s", resp.StatusCode, got)
+	}
+	up := h.lastUpstream("/v1/messages")
+	if roles := gjson.GetBytes(up.Body, "messages.#.role").String(); roles != `["user","system"]` {
+		t.Fatalf("roles %s, want the user turn with the results first", roles)
+	}
+	if ids := gjson.GetBytes(up.Body, "messages.0.content.#.tool_use_id").String(); !strings.HasSuffix(ids, `"toolu_w1"]`) || strings.Count(ids, ",") != 1 {
+		t.Fatalf("tool_results %s, want the memory result, then the client's", ids)
+	}
+}
