@@ -19,7 +19,8 @@ USER nonroot:nonroot
 ENV CTXPROXY_LISTEN=0.0.0.0:8080 \
     CTXPROXY_POLICIES=/policies \
     CTXPROXY_MEMORY_DIR=/data/memories \
-    CTXPROXY_LEDGER=file:/data/ledger.jsonl
+    CTXPROXY_LEDGER=file:/data/ledger.jsonl \
+    CTXPROXY_MEMORY_AUDIT=/data/memory-audit.jsonl
 VOLUME ["/data"]
 EXPOSE 8080
 ENTRYPOINT ["/ctxproxy"]

@@ -87,6 +87,7 @@ func (p *pod) command(t *testing.T, c *corev1.Container, overrides map[string]st
 	sort.Strings(list)
 	cmd := exec.Command(binary(t, "ctxproxy"), append(append([]string{}, c.Command[1:]...), c.Args...)...)
 	cmd.Env = list
+	cmd.Dir = p.root // the image's working directory is /: a relative default path lands in the pod
 	return cmd
 }
 
@@ -279,8 +280,9 @@ func TestChartSetsOnlyTheBinarysVariables(t *testing.T) {
 	if len(known) < 10 {
 		t.Fatalf("--help lists %d variables:\n%s", len(known), help)
 	}
+	set := map[string]bool{}
 	for _, values := range []string{"default-values.yaml", "replicas-existing-secret-values.yaml", "autoscaling-servicemonitor-values.yaml"} {
-		r, err := render(t, chartDir, []string{ciValues(values)}, "prices=/policies/prices.yaml", "debugAddr=127.0.0.1:6060")
+		r, err := render(t, chartDir, []string{ciValues(values)}, "prices=/policies/prices.yaml", "debugAddr=127.0.0.1:6060", "adminToken.existingSecret=admin")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -291,13 +293,19 @@ func TestChartSetsOnlyTheBinarysVariables(t *testing.T) {
 		}
 		for _, ct := range containers {
 			for _, e := range ct.Env {
-				if !known[e.Name] {
+				set[e.Name] = true
+				if strings.HasPrefix(e.Name, "CTXPROXY_") && !known[e.Name] {
 					t.Errorf("%s: %s sets %s, which ctxproxy does not read", values, ct.Name, e.Name)
 				}
 			}
 			if out, err := exec.Command(binary(t, "ctxproxy"), append(ct.Args, "--help")...).CombinedOutput(); err != nil {
 				t.Errorf("%s: ctxproxy %v: %v\n%s", values, ct.Args, err, out)
 			}
+		}
+	}
+	for name := range known {
+		if !set[name] {
+			t.Errorf("the chart never sets %s: map it to a value (the chart's values are the binary's variables, one to one)", name)
 		}
 	}
 }

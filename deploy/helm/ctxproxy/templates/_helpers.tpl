@@ -127,6 +127,8 @@ capabilities:
   value: {{ .Values.streamIdleTimeout | quote }}
 - name: CTXPROXY_SHUTDOWN_GRACE
   value: {{ .Values.shutdownGrace | quote }}
+- name: CTXPROXY_MEMORY_AUDIT
+  value: {{ .Values.memoryAudit | quote }}
 {{- with .Values.prices }}
 - name: CTXPROXY_PRICES
   value: {{ . | quote }}
