@@ -328,7 +328,7 @@ context_management:
 memory:
   mode: proxy
 `
-				prices, err := tokens.LoadPrices("../policies/prices.yaml")
+				prices, err := tokens.LoadPrices("../tokens/builtin_prices.yaml")
 				if err != nil {
 					t.Fatal(err)
 				}
