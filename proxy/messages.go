@@ -76,50 +76,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, ep endpoint) {
 	}
 }
 
-// readAndRewrite reads the body, finds the tenant and applies its policy.
+// readAndRewrite finds the tenant, reads the body and applies its policy.
 // It answers the client itself and returns false when the request stops here.
 func (x *exchange) readAndRewrite(ep endpoint) bool {
-	s, r, q := x.s, x.r, &x.req
-	if r.ContentLength > s.cfg.MaxBody {
-		x.fail(http.StatusRequestEntityTooLarge, "request_too_large",
-			fmt.Sprintf("request body is %d bytes; the limit is %d bytes", r.ContentLength, s.cfg.MaxBody))
+	r, q := x.r, &x.req
+	known, ok := x.admit(ep)
+	if !ok {
 		return false
 	}
-	body, lease, err := readBody(r, s.cfg.MaxBody)
-	q.lease = lease
-	q.bytesIn = int64(len(body))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			x.fail(http.StatusRequestEntityTooLarge, "request_too_large",
-				fmt.Sprintf("request body is over the limit of %d bytes", s.cfg.MaxBody))
-			return false
-		}
-		x.fail(http.StatusBadRequest, "invalid_request_error", "could not read request body: "+err.Error())
+	body, ok := x.readClientBody(known)
+	if !ok {
 		return false
 	}
-	c, refused := s.authenticate(r.Context(), r.Header)
-	q.keyID = c.keyID // the refusal's log line says which key
-	if refused != nil {
-		x.fail(refused.status, refused.typ, refused.msg)
-		return false
-	}
-	q.user, q.upstreamKey = c.user, c.upstreamKey
-	pol, known := c.pol, c.known
-	if !known && s.cfg.RequireKnownTenant {
-		x.fail(http.StatusUnauthorized, "authentication_error", "the API key matches no ctxproxy tenant")
-		return false
-	}
-	q.pol = pol
-	q.header = upstreamHeader(r)
-	if c.upstreamKey != "" {
-		swapCredential(q.header, c.upstreamKey)
-	}
-	if pol != nil {
-		q.tenant = pol.Tenant
-		q.memory = pol.Memory.Mode == policy.MemoryProxy && ep == epMessages
-		q.retry = retryPolicy{retries: pol.Upstream.Retries, base: pol.Upstream.RetryBaseDelay, max: pol.Upstream.RetryMaxDelay}
-	}
+	pol := q.pol
 	// A nil policy (no default.yaml) still validates the body and changes nothing.
 	parts, info, err := rewriteFor(ep, pol, body, q.header)
 	if err != nil {
@@ -143,6 +112,64 @@ func (x *exchange) readAndRewrite(ep endpoint) bool {
 		q.parts = [][]byte{q.body}
 	}
 	return true
+}
+
+// admit finds the caller and its tenant's policy, before the body is read:
+// a refused caller costs no read, and a 413 can name the tenant. known is
+// whether the key matched a tenant (not the default).
+func (x *exchange) admit(ep endpoint) (known, ok bool) {
+	s, r, q := x.s, x.r, &x.req
+	c, refused := s.authenticate(r.Context(), r.Header)
+	q.keyID = c.keyID // the refusal's log line says which key
+	if refused != nil {
+		x.fail(refused.status, refused.typ, refused.msg)
+		return false, false
+	}
+	q.user, q.upstreamKey = c.user, c.upstreamKey
+	if !c.known && s.cfg.RequireKnownTenant {
+		x.fail(http.StatusUnauthorized, "authentication_error", "the API key matches no ctxproxy tenant")
+		return false, false
+	}
+	q.pol = c.pol
+	q.header = upstreamHeader(r)
+	if c.upstreamKey != "" {
+		swapCredential(q.header, c.upstreamKey)
+	}
+	if pol := c.pol; pol != nil {
+		q.tenant = pol.Tenant
+		q.memory = pol.Memory.Mode == policy.MemoryProxy && ep == epMessages
+		q.retry = retryPolicy{retries: pol.Upstream.Retries, base: pol.Upstream.RetryBaseDelay, max: pol.Upstream.RetryMaxDelay}
+	}
+	return c.known, true
+}
+
+// readClientBody reads the body within --max-body; past it the 413 names
+// the tenant when the key is a tenant's (the operator's first question).
+func (x *exchange) readClientBody(known bool) ([]byte, bool) {
+	s, r, q := x.s, x.r, &x.req
+	whose := ""
+	if known {
+		whose = " for tenant " + q.tenant
+	}
+	if r.ContentLength > s.cfg.MaxBody {
+		x.fail(http.StatusRequestEntityTooLarge, "request_too_large",
+			fmt.Sprintf("request body is %d bytes; the limit%s is %d bytes", r.ContentLength, whose, s.cfg.MaxBody))
+		return nil, false
+	}
+	body, lease, err := readBody(r, s.cfg.MaxBody)
+	q.lease = lease
+	q.bytesIn = int64(len(body))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			x.fail(http.StatusRequestEntityTooLarge, "request_too_large",
+				fmt.Sprintf("request body is over the limit%s of %d bytes", whose, s.cfg.MaxBody))
+			return nil, false
+		}
+		x.fail(http.StatusBadRequest, "invalid_request_error", "could not read request body: "+err.Error())
+		return nil, false
+	}
+	return body, true
 }
 
 // joinParts is the body the pieces make, without a copy when there is one.

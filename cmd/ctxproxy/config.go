@@ -44,7 +44,7 @@ var serveFlags = []flagSpec{
 	{"log-level", "CTXPROXY_LOG_LEVEL", "info", "debug, info, warn or error"},
 	{"require-known-tenant", "CTXPROXY_REQUIRE_KNOWN_TENANT", "false", "answer 401 to clients that match no tenant"},
 	{"ledger", "CTXPROXY_LEDGER", "file:./data/ledger.jsonl", "usage ledger: file:PATH or a postgres:// URL"},
-	{"prices", "CTXPROXY_PRICES", "", "prices file (default: prices.yaml in the policies folder)"},
+	{"prices", "CTXPROXY_PRICES", "", "prices file laid over the built-in price table (default: prices.yaml in the policies folder, if any)"},
 	{"admin-token", "CTXPROXY_ADMIN_TOKEN", "", "token for /admin endpoints; unset disables them"},
 	{"memory-audit", "CTXPROXY_MEMORY_AUDIT", "./data/memory-audit.jsonl", "audit log of the memory operator API (/v1/memory_stores)"},
 	{"upstream-timeout", "CTXPROXY_UPSTREAM_TIMEOUT", "10m", "longest wait for the upstream's first byte"},
@@ -52,6 +52,25 @@ var serveFlags = []flagSpec{
 	{"shutdown-grace", "CTXPROXY_SHUTDOWN_GRACE", "30s", "how long open requests may finish on SIGTERM"},
 	{"debug-addr", "CTXPROXY_DEBUG_ADDR", "", "address of a separate pprof and /debug/stats listener; keep it on 127.0.0.1; unset: off"},
 }
+
+// boolFlags are the serve flags that are booleans: given bare, shown as
+// booleans in --help.
+var boolFlags = map[string]bool{"require-known-tenant": true}
+
+// boolString is a boolean flag kept as its text (parsed with the others): it
+// tells package flag it is a boolean, so --help shows it as one and a bare
+// --flag means true.
+type boolString struct{ s string }
+
+func (b *boolString) String() string {
+	if b == nil || b.s == "" {
+		return "false"
+	}
+	return b.s
+}
+
+func (b *boolString) Set(v string) error { b.s = v; return nil }
+func (b *boolString) IsBoolFlag() bool   { return true }
 
 // usageHead is the top of `ctxproxy --help`: the subcommands, then the
 // serve flags.
@@ -85,10 +104,16 @@ func parseConfig(name string, args []string, getenv func(string) string, specs [
 		if v := getenv(s.env); v != "" {
 			def = v
 		}
-		vals[s.name] = fs.String(s.name, def, fmt.Sprintf("%s (env %s)", s.usage, s.env))
+		usage := fmt.Sprintf("%s (env %s)", s.usage, s.env)
+		if boolFlags[s.name] {
+			b := &boolString{s: def}
+			vals[s.name] = &b.s
+			fs.Var(b, s.name, usage)
+			continue
+		}
+		vals[s.name] = fs.String(s.name, def, usage)
 	}
-	// --require-known-tenant may be given bare, like a bool flag.
-	if err := fs.Parse(normaliseBoolFlags(args, []string{"require-known-tenant"})); err != nil {
+	if err := fs.Parse(normaliseBoolFlags(args, boolFlags)); err != nil {
 		return nil, fs, err
 	}
 	c := &config{}
@@ -133,33 +158,22 @@ func parseConfig(name string, args []string, getenv func(string) string, specs [
 	return c, fs, nil
 }
 
-// normaliseBoolFlags turns a bare "--flag" into "--flag=true" so string-typed
-// flags can be used like bools.
-func normaliseBoolFlags(args []string, names []string) []string {
+// normaliseBoolFlags turns "--flag true|false" (the value as a separate
+// argument, which package flag takes for a positional one) into
+// "--flag=true|false" for the boolean flags.
+func normaliseBoolFlags(args []string, bools map[string]bool) []string {
 	out := make([]string, 0, len(args))
-	for i, a := range args {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
 		if a == "--" {
 			return append(out, args[i:]...)
 		}
-		bare := strings.TrimLeft(a, "-")
-		isBool := false
-		if bare != a {
-			for _, n := range names {
-				if bare == n {
-					isBool = true
-				}
+		if bare := strings.TrimLeft(a, "-"); bare != a && bools[bare] && i+1 < len(args) {
+			if _, err := strconv.ParseBool(args[i+1]); err == nil {
+				out = append(out, a+"="+args[i+1])
+				i++
+				continue
 			}
-		}
-		if isBool {
-			// A following true/false is the value.
-			if i+1 < len(args) {
-				if _, err := strconv.ParseBool(args[i+1]); err == nil {
-					out = append(out, a)
-					continue
-				}
-			}
-			out = append(out, a+"=true")
-			continue
 		}
 		out = append(out, a)
 	}

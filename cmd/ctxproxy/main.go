@@ -80,6 +80,8 @@ func newLogger(level string, w io.Writer) (*zap.Logger, error) {
 	enc := zap.NewProductionEncoderConfig()
 	enc.TimeKey = "time"
 	enc.EncodeTime = zapcore.RFC3339NanoTimeEncoder
+	// Durations as "12.3ms", not bare seconds: a reader sees the unit.
+	enc.EncodeDuration = zapcore.StringDurationEncoder
 	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(w), lvl)
 	return zap.New(core), nil
 }

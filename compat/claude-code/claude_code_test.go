@@ -629,8 +629,14 @@ tenant: cc-vault
 	return policiesDir, memoryDir
 }
 
+// need finds tool. Under -short, outside CI, the suite is skipped: its first
+// run downloads Claude Code with npm, about 400 MB (the README says so);
+// CI=true always runs it.
 func need(t *testing.T, tool string) string {
 	t.Helper()
+	if testing.Short() && os.Getenv("CI") != "true" {
+		t.Skip("-short: skipping the Claude Code compat suite (npm packages, ~400 MB); CI runs it")
+	}
 	p, err := exec.LookPath(tool)
 	if err != nil {
 		unavailable(t, "%s not found (install Node and npm)", tool)
