@@ -250,3 +250,28 @@ func TestKubevolumeIsTheRootModulesCopy(t *testing.T) {
 		t.Error("deploy/internal/kubevolume/kubevolume.go differs from internal/kubevolume/kubevolume.go: copy it again")
 	}
 }
+
+// Helm and the Kubernetes API types stay out of the proxy's module: its go.mod does not name them,
+// and `go test ./...` at the repository root does not reach this module.
+func TestTheProxysModuleStaysApart(t *testing.T) {
+	gomod, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dep := range []string{"helm.sh/", "k8s.io/", "sigs.k8s.io/"} {
+		if strings.Contains(string(gomod), dep) {
+			t.Errorf("the root go.mod names %s", dep)
+		}
+	}
+	c := exec.Command("go", "list", "./...")
+	c.Dir = "../.."
+	out, err := c.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if strings.HasPrefix(pkg, "github.com/ctxproxy/ctxproxy/deploy") {
+			t.Errorf("the root's ./... includes %s", pkg)
+		}
+	}
+}
