@@ -387,3 +387,29 @@ memory:
 		}
 	}
 }
+
+// Whether the API refuses a replayed compaction block without the compact
+// edit is unverified, so the fake can do both. ctxproxy never strips a
+// client's compact edit (enforce mode keeps it when the tenant writes none),
+// so a client replaying a block is served either way.
+func TestAReplayedCompactionBlockIsServedWhetherOrNotTheAPINeedsTheEdit(t *testing.T) {
+	body := `{"model":"claude-opus-4-6","max_tokens":100,"context_management":{"edits":[{"type":"compact_20260112"}]},` +
+		`"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[` + summaryCompaction + `,{"type":"text","text":"ok"}]},{"role":"user","content":"go on"}]}`
+	for _, needsEdit := range []bool{false, true} {
+		t.Run(fmt.Sprintf("needs_edit=%v", needsEdit), func(t *testing.T) {
+			h := newHarness(t) // acme enforces clearing edits and writes no compact edit of its own
+			o := h.fake.CurrentOptions()
+			o.CompactionBlockNeedsEdit = needsEdit
+			h.fake.SetOptions(o)
+			resp := h.post("/v1/messages", keyAcme, body, "Anthropic-Beta", "compact-2026-01-12")
+			if got := readAll(t, resp.Body); resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, got)
+			}
+			up := h.lastUpstream("/v1/messages")
+			if types := gjson.GetBytes(up.Body, "context_management.edits.#.type").String(); !strings.Contains(types, "compact_20260112") ||
+				!strings.Contains(types, "clear_tool_uses_20250919") {
+				t.Errorf("upstream edits %s, want the tenant's and the client's compact edit", types)
+			}
+		})
+	}
+}
