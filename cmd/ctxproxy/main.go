@@ -49,6 +49,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 			return runReport(ctx, args[1:], stdout, stderr, getenv)
 		case "keys":
 			return runKeys(ctx, args[1:], stdout, stderr, getenv)
+		case "memory":
+			return runMemory(ctx, args[1:], stdout, stderr, getenv)
 		case "demo":
 			return runDemo(ctx, args[1:], stdout, stderr, getenv)
 		case "serve":

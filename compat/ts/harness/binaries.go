@@ -43,6 +43,7 @@ func runBinaries(ctx context.Context, info *ready, ctxproxyBin, fakeapiBin, root
 		"--policies", info.Policies,
 		"--memory-dir", info.MemoryDir,
 		"--ledger", "file:"+filepath.Join(root, "ledger.jsonl"),
+		"--memory-audit", filepath.Join(root, "memory-audit.jsonl"),
 		"--admin-token", adminToken,
 		"--log-level", "info")
 	if err != nil {

@@ -43,7 +43,8 @@ var keys = map[string]string{
 func policies() map[string]string {
 	return map[string]string{
 		"default.yaml": stack.DefaultPolicy,
-		"agent.yaml": stack.TenantPolicy("agent", keys["agent"], `context_management:
+		"agent.yaml": stack.TenantPolicy("agent", keys["agent"], `operator_tokens_sha256: ["`+stack.KeyHash(operatorToken)+`"]
+context_management:
   mode: enforce
   threads: pass
   clear_thinking:
@@ -82,6 +83,10 @@ memory:
 	}
 }
 
+// operatorToken is tenant agent's memory operator token
+// (operator_tokens_sha256): the SDK's memoryStores client uses it as apiKey.
+const operatorToken = "ctxproxy-compat-ts-agent-operator"
+
 // vaultUpstreamKey is tenant vault's own key: what the fake must see for
 // every request made with the vault's ctxproxy key.
 const vaultUpstreamKey = "sk-ant-compat-ts-vault"
@@ -104,6 +109,8 @@ type ready struct {
 	Keys      map[string]string `json:"keys"`
 	// VaultUpstreamKey is the key upstream gets for keys["vault"].
 	VaultUpstreamKey string `json:"vault_upstream_key"`
+	// OperatorToken is tenant agent's memory operator token.
+	OperatorToken string `json:"operator_token"`
 }
 
 func main() {
@@ -127,7 +134,7 @@ func run() error {
 		if bin == "" || fbin == "" {
 			return errors.New("set both CTXPROXY_BIN and FAKEAPI_BIN, or neither")
 		}
-		info := ready{Mode: "binaries", VaultUpstreamKey: vaultUpstreamKey}
+		info := ready{Mode: "binaries", VaultUpstreamKey: vaultUpstreamKey, OperatorToken: operatorToken}
 		if info.Policies, info.MemoryDir, err = stack.Layout(root, policies()); err != nil {
 			return err
 		}
@@ -153,7 +160,7 @@ func run() error {
 		return err
 	}
 	return serveUntilDone(ctx, ready{Mode: "in-process", Proxy: s.ProxyURL, Fake: s.FakeURL, MemoryDir: s.MemoryDir, Policies: s.PoliciesDir,
-		Keys: withKeys(vault), VaultUpstreamKey: vaultUpstreamKey})
+		Keys: withKeys(vault), VaultUpstreamKey: vaultUpstreamKey, OperatorToken: operatorToken})
 }
 
 // serveUntilDone announces info and waits for the parent to close our stdin

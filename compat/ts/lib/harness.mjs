@@ -39,6 +39,7 @@ class Harness {
     this.fakeURL = info.fake;
     this.memoryDir = info.memory_dir;
     this.keys = info.keys;
+    this.operatorToken = info.operator_token;
     this.child = child;
     this.exited = exited;
   }
