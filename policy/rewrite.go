@@ -263,7 +263,7 @@ members:
 		// to tools too would clash (tool_name_conflict). A tool_removal of it, or a compaction
 		// block's tool_changes, is left to stand: tools is the starting set, kept the same on
 		// every request so the prompt cache and tool_changes stay valid.
-		inline := memoryAdded(s, messages)
+		inline := toolChangesBeta(h) && memoryAdded(s, messages)
 		info.MemoryDeclared = inline
 		switch {
 		case tools.found && tools.val.Type != gjson.Null:
@@ -756,6 +756,17 @@ func signedCompactionFirst(messages member) bool {
 	}
 	sig := b.Get("signature")
 	return sig.Type == gjson.String && sig.Str != ""
+}
+
+// toolChangesBeta reports whether the request turns on mid-conversation tool changes (the only
+// way a tool_addition block is taken): without it no large body is searched for one.
+func toolChangesBeta(h http.Header) bool {
+	for _, v := range h.Values("Anthropic-Beta") {
+		if strings.Contains(v, "mid-conversation-tool-changes") || strings.Contains(v, "inline-tools") {
+			return true
+		}
+	}
+	return false
 }
 
 // memoryAdded reports whether a mid-conversation system message adds the memory tool with a
