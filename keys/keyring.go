@@ -105,11 +105,9 @@ func (kr *Keyring) Create(ctx context.Context, s Spec) (Key, string, error) {
 	if err != nil {
 		return Key{}, "", err
 	}
+	// Microseconds: what PostgreSQL keeps, so both stores answer the same times.
 	k := Key{ID: id, Tenant: s.Tenant, Name: s.Name, User: s.User, Hash: Hash(secret),
 		CreatedAt: kr.now().UTC().Truncate(time.Microsecond), ExpiresAt: s.ExpiresAt.UTC().Truncate(time.Microsecond)}
-	if s.ExpiresAt.IsZero() {
-		k.ExpiresAt = time.Time{}
-	}
 	if err := kr.store.Insert(ctx, k); err != nil {
 		return Key{}, "", fmt.Errorf("store new key: %w", err)
 	}

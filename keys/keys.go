@@ -45,7 +45,7 @@ type Key struct {
 	CreatedAt  time.Time
 	ExpiresAt  time.Time // zero: never
 	RevokedAt  time.Time // zero: live
-	LastUsedAt time.Time // zero: never used (kept to the second or so, not per request)
+	LastUsedAt time.Time // zero: never used; reaches the store every few seconds, not per request
 }
 
 // KeyID is the first 8 hex digits of the key's sha256: the form logs, the
