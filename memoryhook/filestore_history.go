@@ -201,6 +201,10 @@ func (s *FileStore) Purge(ctx context.Context, tenant string) (files, versions i
 		if err := s.b.root.RemoveAll(tenant); err != nil {
 			return Usage{}, err
 		}
+		// What threads owed the tenant goes too: nothing of it is left.
+		if err := s.b.root.RemoveAll(continuationDir + "/" + tenant); err != nil {
+			return Usage{}, err
+		}
 		return Usage{}, nil
 	})
 	return files, versions, err
