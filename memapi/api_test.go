@@ -263,7 +263,9 @@ func TestRestoreRacesModelWrites(t *testing.T) {
 		}()
 		go func() {
 			defer wg.Done()
-			f.model("acme", "r3", `{"command":"str_replace","path":"/memories/p.md","old_str":"poison","new_str":"poison2"}`)
+			// Refused ("did not appear verbatim") when the restore came first.
+			sc := memoryhook.Scope{Tenant: "acme", Actor: memoryhook.Actor{Type: memoryhook.ActorModel, RequestID: "r3"}}
+			memoryhook.Exec(context.Background(), f.st, sc, []byte(`{"command":"str_replace","path":"/memories/p.md","old_str":"poison","new_str":"poison2"}`))
 		}()
 		wg.Wait()
 		ops := f.ok(admin, "GET", "/v1/memory_stores/memstore_acme/memory_versions?memory_id="+memID+"&view=full", "")
