@@ -2,6 +2,7 @@ package memapi
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -32,19 +33,26 @@ func (a *API) export(w http.ResponseWriter, c *call) {
 	if !ok {
 		return
 	}
-	ctx := c.r.Context()
-	ms, err := a.cfg.Store.Memories(ctx, p.Tenant)
-	if err != nil {
-		a.storeError(w, c, err, "memory store")
-		return
-	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
+	if err := WriteExport(c.r.Context(), w, a.cfg.Store, p.Tenant, c.r.URL.Query().Get("history") == "true"); err != nil {
+		a.cfg.Log.Error("memory export cut short", zap.String("tenant", p.Tenant), zap.Error(err))
+	}
+}
+
+// WriteExport writes tenant's memories to w as JSONL, one memory line each
+// (current content), then, with history, every version newest first. The
+// operator API, the console and the CLI export through it. An error past
+// the first line leaves w with a stream cut short.
+func WriteExport(ctx context.Context, w io.Writer, st memoryhook.Governed, tenant string, history bool) error {
+	ms, err := st.Memories(ctx, tenant)
+	if err != nil {
+		return err
+	}
 	enc := json.NewEncoder(w)
 	for _, m := range ms {
-		v, err := a.cfg.Store.Version(ctx, p.Tenant, m.VersionID, true)
+		v, err := st.Version(ctx, tenant, m.VersionID, true)
 		if err != nil {
-			a.cfg.Log.Error("memory export cut short", zap.String("tenant", p.Tenant), zap.Error(err))
-			return // the client sees a stream without its last lines
+			return err
 		}
 		line := exportLine{Type: "memory", ID: m.ID, Path: memoryhook.APIPath(m.Path), SHA256: m.SHA256,
 			CreatedAt: stamp(m.CreatedAt), UpdatedAt: stamp(m.UpdatedAt)}
@@ -53,19 +61,23 @@ func (a *API) export(w http.ResponseWriter, c *call) {
 		} else {
 			line.ContentBase64 = v.Content
 		}
-		enc.Encode(line)
+		if err := enc.Encode(line); err != nil {
+			return err
+		}
 	}
-	if c.r.URL.Query().Get("history") != "true" {
-		return
+	if !history {
+		return nil
 	}
-	vs, err := a.cfg.Store.Versions(ctx, p.Tenant, memoryhook.VersionQuery{Content: true})
+	vs, err := st.Versions(ctx, tenant, memoryhook.VersionQuery{Content: true})
 	if err != nil {
-		a.cfg.Log.Error("memory export cut short", zap.String("tenant", p.Tenant), zap.Error(err))
-		return
+		return err
 	}
 	for _, v := range vs {
-		enc.Encode(versionObj(p.Tenant, v, true))
+		if err := enc.Encode(versionObj(tenant, v, true)); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 // importStore writes the memory lines of an export (JSONL body): a path

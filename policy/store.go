@@ -19,6 +19,8 @@ type Store struct {
 	log *zap.Logger
 	cur atomic.Pointer[Set]
 	mu  sync.Mutex // serialises Reload so an older load never overwrites a newer one
+	// last is the outcome of the latest load (the first, or a reload).
+	last atomic.Pointer[ReloadStatus]
 
 	// debounce is how long Watch waits for a burst of file events to end before reloading.
 	debounce time.Duration
@@ -53,8 +55,21 @@ func NewStore(dir string, log *zap.Logger) (*Store, error) {
 	}
 	s := &Store{dir: dir, log: log, debounce: 100 * time.Millisecond, maxDelay: time.Second}
 	s.cur.Store(set)
+	s.last.Store(&ReloadStatus{At: time.Now()})
 	return s, nil
 }
+
+// ReloadStatus is the outcome of the latest load of the folder.
+type ReloadStatus struct {
+	At       time.Time
+	Problems []string // why it was refused (file:line: problem); none when it succeeded
+}
+
+// OK says whether the latest load succeeded.
+func (r ReloadStatus) OK() bool { return len(r.Problems) == 0 }
+
+// LastReload is the outcome of the latest load or reload.
+func (s *Store) LastReload() ReloadStatus { return *s.last.Load() }
 
 // Dir is the folder the store loads.
 func (s *Store) Dir() string { return s.dir }
@@ -83,15 +98,18 @@ func (s *Store) reload() error {
 			for i, e := range le {
 				problems[i] = e.Error()
 			}
+			s.last.Store(&ReloadStatus{At: time.Now(), Problems: problems})
 			s.log.Error("policy reload refused; the last good policies stay in force",
 				zap.String("dir", s.dir), zap.Strings("problems", problems))
 		} else {
+			s.last.Store(&ReloadStatus{At: time.Now(), Problems: []string{err.Error()}})
 			s.log.Error("policy reload refused; the last good policies stay in force",
 				zap.String("dir", s.dir), zap.Error(err))
 		}
 		return err
 	}
 	old := s.cur.Swap(set)
+	s.last.Store(&ReloadStatus{At: time.Now()})
 	auditLimits(s.log, old, set, time.Now())
 	names := make([]string, 0, len(set.tenants))
 	for _, p := range set.tenants {

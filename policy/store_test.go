@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -64,6 +65,9 @@ func TestReloadRefusesBadSetAndKeepsLastGood(t *testing.T) {
 	if logs.FilterMessageSnippet("reload refused").Len() != 1 {
 		t.Fatalf("want one log line for the refused reload, got %v", logs.All())
 	}
+	if st := s.LastReload(); st.OK() || len(st.Problems) != 1 || !strings.Contains(st.Problems[0], "acme.yaml:2") {
+		t.Fatalf("LastReload after a refused reload = %+v, want the problem at acme.yaml:2", st)
+	}
 
 	write(t, dir, "acme.yaml", "tenant: acme\nmemory: {mode: proxy}\n")
 	if err := s.Reload(); err != nil {
@@ -71,6 +75,9 @@ func TestReloadRefusesBadSetAndKeepsLastGood(t *testing.T) {
 	}
 	if s.Current() == good || s.Current().Tenant("acme").Memory.Mode != MemoryProxy {
 		t.Fatal("a good reload was not applied")
+	}
+	if st := s.LastReload(); !st.OK() {
+		t.Fatalf("LastReload after a good reload = %+v", st)
 	}
 	for _, e := range logs.All() {
 		for _, f := range e.Context {

@@ -34,6 +34,7 @@ type Config struct {
 	Metrics            *tokens.Metrics  // nil: no /metrics
 	Tracer             *tracing.Tracer  // nil: no traces
 	Admin              http.Handler     // the operator API under /admin/ (package admin); nil: disabled
+	Console            http.Handler     // the operator console under /admin/ui/ (package console); nil: disabled
 	Keys               KeyVerifier      // ctxproxy's own keys; nil: every sk-ctx- key is unknown
 	MemoryAPI          http.Handler     // /v1/memory_stores (package memapi); nil: passed upstream like any /v1/ path
 	Log                *zap.Logger
@@ -125,6 +126,9 @@ func (s *Server) routes() *mux.Router {
 	r.HandleFunc("/readyz", s.readyz).Methods(http.MethodGet, http.MethodHead)
 	if s.cfg.Metrics != nil {
 		r.Handle("/metrics", s.cfg.Metrics.Handler()).Methods(http.MethodGet)
+	}
+	if s.cfg.Console != nil {
+		r.PathPrefix("/admin/ui/").Handler(s.cfg.Console)
 	}
 	if s.cfg.Admin != nil {
 		r.PathPrefix("/admin/").Handler(s.cfg.Admin)

@@ -54,7 +54,22 @@ func openKeyring(ctx context.Context, cfg *config, log *zap.Logger) (_ *keys.Key
 // (operator_tokens_sha256, its own tenant only).
 func adminHandler(cfg *config, ledger tokens.Ledger, ring *keys.Keyring, pols *policy.Store, log *zap.Logger) http.Handler {
 	return admin.New(admin.Config{
-		Auth: admin.Auth{AdminToken: cfg.AdminToken, Operator: func(token string) (admin.Principal, bool) {
+		Auth:   adminAuth(cfg, pols),
+		Report: tokens.NewReportHandler(ledger, tokens.WithLogger(log)),
+		Keys:   ring,
+		Tenant: func(name string) (bool, bool) {
+			p := pols.Current().Tenant(name)
+			_, own := p.UpstreamKey()
+			return p != nil, own
+		},
+		Log: log,
+	})
+}
+
+// adminAuth is who may use /admin and the console: --admin-token (every
+// tenant) or a tenant's operator token (its own tenant only).
+func adminAuth(cfg *config, pols *policy.Store) admin.Auth {
+	return admin.Auth{AdminToken: cfg.AdminToken, Operator: func(token string) (admin.Principal, bool) {
 			p, name, ok := pols.Current().OperatorToken(token)
 			if !ok {
 				return admin.Principal{}, false
@@ -67,14 +82,5 @@ func adminHandler(cfg *config, ledger tokens.Ledger, ring *keys.Keyring, pols *p
 				}
 			}
 			return false
-		}},
-		Report: tokens.NewReportHandler(ledger, tokens.WithLogger(log)),
-		Keys:   ring,
-		Tenant: func(name string) (bool, bool) {
-			p := pols.Current().Tenant(name)
-			_, own := p.UpstreamKey()
-			return p != nil, own
-		},
-		Log: log,
-	})
+	}}
 }

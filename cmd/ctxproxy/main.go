@@ -157,7 +157,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 	}
 	defer stopTracer()
 
-	memAPI, stopMemAPI, err := memoryOperatorAPI(ctx, cfg, mem, pols, log)
+	memAPI, audit, stopMemAPI, err := memoryOperatorAPI(ctx, cfg, mem, pols, log)
 	if err != nil {
 		return err
 	}
@@ -172,6 +172,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		Metrics:            metrics,
 		Tracer:             tracer,
 		Admin:              adminHandler(cfg, ledger, ring, pols, log),
+		Console:            consoleHandler(cfg, consoleParts{mem: mem, audit: audit, ledger: ledger, ring: ring, pols: pols, metrics: metrics}, log),
 		Keys:               ring,
 		Log:                log,
 		MaxBody:            cfg.MaxBody,

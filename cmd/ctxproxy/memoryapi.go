@@ -17,15 +17,16 @@ import (
 const retentionEvery = 10 * time.Minute
 
 // memoryOperatorAPI builds /v1/memory_stores over the memory store and
-// starts pruning its history in the background; stop ends both.
-func memoryOperatorAPI(ctx context.Context, cfg *config, mem memoryhook.Store, pols *policy.Store, log *zap.Logger) (http.Handler, func(), error) {
+// starts pruning its history in the background; stop ends both. The audit
+// log is returned for the console, which records its actions there too.
+func memoryOperatorAPI(ctx context.Context, cfg *config, mem memoryhook.Store, pols *policy.Store, log *zap.Logger) (http.Handler, *memapi.Audit, func(), error) {
 	st, ok := mem.(memoryhook.Governed)
 	if !ok {
-		return nil, func() {}, nil
+		return nil, nil, func() {}, nil
 	}
 	audit, err := memapi.OpenAudit(cfg.MemoryAudit)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -34,7 +35,7 @@ func memoryOperatorAPI(ctx context.Context, cfg *config, mem memoryhook.Store, p
 		memapi.RunRetention(pctx, st, pols, log, retentionEvery)
 	}()
 	api := memapi.New(memapi.Config{Store: st, Policies: pols, AdminToken: cfg.AdminToken, Audit: audit, Log: log})
-	return api, func() {
+	return api, audit, func() {
 		cancel()
 		<-done
 		audit.Close()

@@ -1,0 +1,168 @@
+package console
+
+import (
+	"encoding/hex"
+	"net/http"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ctxproxy/ctxproxy/keys"
+	"github.com/ctxproxy/ctxproxy/policy"
+	"github.com/ctxproxy/ctxproxy/tokens"
+)
+
+// tenantView is one tenant's policy in force, as a person reads it.
+type tenantView struct {
+	Name       string
+	File       string // relative to the policies folder
+	Line       int
+	CMMode     string
+	Edits      []string
+	Threads    string
+	MemoryMode string
+	Limits     string
+	PolicyKeys []string // 8-hex ids of api_keys_sha256
+	OwnKey     bool     // ctxproxy holds the tenant's Anthropic key
+	Keys       []keyView
+	Spend      []SpendLine
+	SpendErr   string
+	Cost       float64
+	Savings    float64
+}
+
+type keyView struct {
+	ID, KeyID, Name, User, State string
+}
+
+func (c *Console) view(p *policy.Policy) tenantView {
+	v := tenantView{Name: p.Tenant, File: c.relFile(p.File), Line: p.Line,
+		CMMode: string(p.ContextManagement.Mode), Threads: string(p.ContextManagement.Threads),
+		MemoryMode: string(p.Memory.Mode)}
+	cm := p.ContextManagement
+	if cm.ClearThinking != nil {
+		v.Edits = append(v.Edits, policy.EditClearThinking)
+	}
+	if cm.ClearToolUses != nil {
+		v.Edits = append(v.Edits, policy.EditClearToolUses)
+	}
+	if cm.Compact != nil {
+		v.Edits = append(v.Edits, "compact_20260112")
+	}
+	if p.Limits.Any() {
+		v.Limits = p.Limits.String()
+	}
+	for _, h := range p.KeyHashes {
+		v.PolicyKeys = append(v.PolicyKeys, hex.EncodeToString(h[:4]))
+	}
+	_, v.OwnKey = p.UpstreamKey()
+	return v
+}
+
+// relFile names a policy file relative to the policies folder: the host
+// path of the folder is the operator's, not the page's.
+func (c *Console) relFile(f string) string {
+	if rel, err := filepath.Rel(c.cfg.Policies.Dir(), f); err == nil && !strings.HasPrefix(rel, "..") {
+		return rel
+	}
+	return filepath.Base(f)
+}
+
+// visible is the tenants the session may see, by name.
+func (c *Console) visible(r *http.Request) []*policy.Policy {
+	s, _ := session(r)
+	var out []*policy.Policy
+	for _, p := range c.cfg.Policies.Current().Tenants() {
+		if s.who.May(p.Tenant) {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Tenant < out[j].Tenant })
+	return out
+}
+
+type indexData struct {
+	Tenants []tenantView
+	Reload  policy.ReloadStatus
+	Top     []tenantView // by savings, most first
+}
+
+// tenants is the console's home: every visible tenant, its policy, what it
+// spent and saved this month.
+func (c *Console) tenants(w http.ResponseWriter, r *http.Request) {
+	d := indexData{Reload: c.cfg.Policies.LastReload()}
+	month := monthStart(c.cfg.Now())
+	totals := c.totalsByTenant(r, month)
+	for _, p := range c.visible(r) {
+		v := c.view(p)
+		if t, ok := totals[p.Tenant]; ok {
+			v.Cost, v.Savings = t.CostUSD.USD(), t.SavingsUSD.USD()
+		}
+		v.Spend, v.SpendErr = c.spend(r, p)
+		d.Tenants = append(d.Tenants, v)
+	}
+	for _, v := range d.Tenants {
+		if v.Savings > 0 {
+			d.Top = append(d.Top, v)
+		}
+	}
+	sort.SliceStable(d.Top, func(i, j int) bool { return d.Top[i].Savings > d.Top[j].Savings })
+	if len(d.Top) > 5 {
+		d.Top = d.Top[:5]
+	}
+	c.render(w, r, "tenants", http.StatusOK, page{Title: "Tenants", Data: d})
+}
+
+// tenantPage is one tenant: its policy, keys and spend against its caps.
+func (c *Console) tenantPage(w http.ResponseWriter, r *http.Request) {
+	p := c.cfg.Policies.Current().Tenant(r.PathValue("tenant"))
+	v := c.view(p)
+	v.Spend, v.SpendErr = c.spend(r, p)
+	if c.cfg.Keys != nil {
+		ks, err := c.cfg.Keys.List(r.Context(), p.Tenant)
+		if err == nil {
+			for _, k := range ks {
+				state := "active"
+				switch k.State(c.cfg.Now()) {
+				case keys.ErrRevoked:
+					state = "revoked"
+				case keys.ErrExpired:
+					state = "expired"
+				}
+				v.Keys = append(v.Keys, keyView{ID: k.ID, KeyID: k.KeyID(), Name: k.Name, User: k.User, State: state})
+			}
+		}
+	}
+	c.render(w, r, "tenant", http.StatusOK, page{Title: p.Tenant, Tenant: p.Tenant, Data: struct {
+		T      tenantView
+		Reload policy.ReloadStatus
+	}{v, c.cfg.Policies.LastReload()}})
+}
+
+func (c *Console) spend(r *http.Request, p *policy.Policy) ([]SpendLine, string) {
+	if c.cfg.Spend == nil || !p.Limits.Any() {
+		return nil, ""
+	}
+	lines, err := c.cfg.Spend(r.Context(), p)
+	if err != nil {
+		return nil, "spend store unavailable: " + err.Error()
+	}
+	return lines, ""
+}
+
+// totalsByTenant is each tenant's cost and savings since from.
+func (c *Console) totalsByTenant(r *http.Request, from time.Time) map[string]tokens.Totals {
+	out := map[string]tokens.Totals{}
+	if c.cfg.Ledger == nil {
+		return out
+	}
+	rep, err := tokens.RunReport(r.Context(), c.cfg.Ledger, tokens.Filter{Since: from}, "model")
+	if err != nil {
+		return out
+	}
+	for _, t := range rep.Tenants {
+		out[t.Tenant] = t.Totals
+	}
+	return out
+}
