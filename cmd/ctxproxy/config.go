@@ -46,7 +46,7 @@ var serveFlags = []flagSpec{
 	{"ledger", "CTXPROXY_LEDGER", "file:./data/ledger.jsonl", "usage ledger: file:PATH or a postgres:// URL"},
 	{"prices", "CTXPROXY_PRICES", "", "prices file laid over the built-in price table (default: prices.yaml in the policies folder, if any)"},
 	{"admin-token", "CTXPROXY_ADMIN_TOKEN", "", "token for /admin endpoints; unset disables them"},
-	{"memory-audit", "CTXPROXY_MEMORY_AUDIT", "./data/memory-audit.jsonl", "audit log of the memory operator API (/v1/memory_stores)"},
+	{"memory-audit", "CTXPROXY_MEMORY_AUDIT", "", "audit log of the memory operator API and the console; unset: memory-audit.jsonl in the data folder (the parent of --memory-dir)"},
 	{"upstream-timeout", "CTXPROXY_UPSTREAM_TIMEOUT", "10m", "longest wait for the upstream's first byte"},
 	{"stream-idle-timeout", "CTXPROXY_STREAM_IDLE_TIMEOUT", "5m", "longest silence between stream events"},
 	{"shutdown-grace", "CTXPROXY_SHUTDOWN_GRACE", "30s", "how long open requests may finish on SIGTERM"},

@@ -37,16 +37,12 @@ const (
 // first user message asks.
 func consoleProxy(t *testing.T) (addr string, fake *fakeapi.API) {
 	t.Helper()
-	prices, err := os.ReadFile("../../policies/prices.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Prices are the built-in table.
 	pols, _, err := stack.Layout(t.TempDir(), map[string]string{
 		"default.yaml": "tenant: default\nmemory:\n  mode: off\n",
 		"acme.yaml": stack.TenantPolicy("acme", binKey,
 			"context_management:\n  mode: enforce\n  clear_tool_uses:\n    trigger: { type: input_tokens, value: 30000 }\nmemory:\n  mode: proxy\n"),
 		"beta.yaml": stack.TenantPolicy("beta", betaKey, "operator_tokens_sha256: [\""+stack.KeyHash(consoleOperator)+"\"]\nmemory:\n  mode: proxy\n"),
-		"prices.yaml": string(prices),
 	})
 	if err != nil {
 		t.Fatal(err)

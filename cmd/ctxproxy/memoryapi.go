@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"go.uber.org/zap"
@@ -24,7 +25,12 @@ func memoryOperatorAPI(ctx context.Context, cfg *config, mem memoryhook.Store, p
 	if !ok {
 		return nil, nil, func() {}, nil
 	}
-	audit, err := memapi.OpenAudit(cfg.MemoryAudit)
+	path := cfg.MemoryAudit
+	if path == "" {
+		// Beside the file store and keys.json, not in the working directory.
+		path = filepath.Join(filepath.Dir(cfg.MemoryDir), "memory-audit.jsonl")
+	}
+	audit, err := memapi.OpenAudit(path)
 	if err != nil {
 		return nil, nil, nil, err
 	}
