@@ -17,7 +17,9 @@ import (
 	"github.com/tidwall/gjson"
 	"go.uber.org/zap"
 
+	"github.com/ctxproxy/ctxproxy/internal/pgtest"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
+	"github.com/ctxproxy/ctxproxy/memoryhook/pgstore"
 	"github.com/ctxproxy/ctxproxy/policy"
 )
 
@@ -35,11 +37,30 @@ func hash(s string) string {
 type fixture struct {
 	t     *testing.T
 	srv   *httptest.Server
-	st    *memoryhook.FileStore
+	st    memoryhook.Governed
 	audit *Audit
 }
 
-func newFixture(t *testing.T) *fixture {
+// stores runs fn against the file store and the PostgreSQL store.
+func stores(t *testing.T, fn func(t *testing.T, open func(t *testing.T) *fixture)) {
+	t.Run("file store", func(t *testing.T) { fn(t, func(t *testing.T) *fixture { return newFixtureOn(t, nil) }) })
+	t.Run("postgres store", func(t *testing.T) {
+		fn(t, func(t *testing.T) *fixture {
+			db := pgtest.New(t, "memapi_test")
+			st, err := pgstore.Open(context.Background(), db.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			return newFixtureOn(t, st)
+		})
+	})
+}
+
+func newFixture(t *testing.T) *fixture { return newFixtureOn(t, nil) }
+
+// newFixtureOn serves the API over st (nil: a file store of its own).
+func newFixtureOn(t *testing.T, st memoryhook.Governed) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	pdir := filepath.Join(dir, "policies")
@@ -56,11 +77,14 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := memoryhook.NewFileStore(filepath.Join(dir, "mem"))
-	if err != nil {
-		t.Fatal(err)
+	if st == nil {
+		fst, err := memoryhook.NewFileStore(filepath.Join(dir, "mem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { fst.Close() })
+		st = fst
 	}
-	t.Cleanup(func() { st.Close() })
 	audit, err := OpenAudit(filepath.Join(dir, "audit.jsonl"))
 	if err != nil {
 		t.Fatal(err)
@@ -192,8 +216,10 @@ func TestListingPrefixDepthAndPages(t *testing.T) {
 	})
 }
 
-func TestConflictsAndPreconditions(t *testing.T) {
-	f := newFixture(t)
+func TestConflictsAndPreconditions(t *testing.T) { stores(t, testConflictsAndPreconditions) }
+
+func testConflictsAndPreconditions(t *testing.T, open func(t *testing.T) *fixture) {
+	f := open(t)
 	const base = "/v1/memory_stores/memstore_acme/memories"
 	m := f.ok(acmeOp, "POST", base, `{"path":"/notes/a.md","content":"one"}`)
 	id := m.Get("id").Str
@@ -240,8 +266,10 @@ func TestConflictsAndPreconditions(t *testing.T) {
 // An operator's restore never silently overwrites a write the model made
 // after the operator read the memory: one of the two wins whole, and the
 // model's write is always a version.
-func TestRestoreRacesModelWrites(t *testing.T) {
-	f := newFixture(t)
+func TestRestoreRacesModelWrites(t *testing.T) { stores(t, testRestoreRacesModelWrites) }
+
+func testRestoreRacesModelWrites(t *testing.T, open func(t *testing.T) *fixture) {
+	f := open(t)
 	f.model("acme", "r1", `{"command":"create","path":"/memories/p.md","file_text":"clean"}`)
 	f.model("acme", "r2", `{"command":"str_replace","path":"/memories/p.md","old_str":"clean","new_str":"poison"}`)
 	vs := f.ok(admin, "GET", "/v1/memory_stores/memstore_acme/memory_versions", "").Get("data")
@@ -287,7 +315,11 @@ func TestRestoreRacesModelWrites(t *testing.T) {
 }
 
 func TestVersionsRedactDiffExportImportPurgeAudit(t *testing.T) {
-	f := newFixture(t)
+	stores(t, testVersionsRedactDiffExportImportPurgeAudit)
+}
+
+func testVersionsRedactDiffExportImportPurgeAudit(t *testing.T, open func(t *testing.T) *fixture) {
+	f := open(t)
 	const s = "/v1/memory_stores/memstore_acme"
 	f.model("acme", "r1", `{"command":"create","path":"/memories/p.md","file_text":"a\nb\n"}`)
 	f.model("acme", "r2", `{"command":"str_replace","path":"/memories/p.md","old_str":"b","new_str":"secret"}`)

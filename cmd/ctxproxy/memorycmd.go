@@ -69,6 +69,7 @@ func runMemory(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	memStore := fs.String("memory-store", envOr(getenv, "CTXPROXY_MEMORY_STORE", "file"), "without --url: file or a postgres:// URL")
 	memDir := fs.String("memory-dir", envOr(getenv, "CTXPROXY_MEMORY_DIR", "./data/memories"), "without --url: the file store's folder")
 	pols := fs.String("policies", envOr(getenv, "CTXPROXY_POLICIES", "./policies"), "without --url: the policies folder")
+	audit := fs.String("memory-audit", envOr(getenv, "CTXPROXY_MEMORY_AUDIT", "./data/memory-audit.jsonl"), "without --url: the audit log the calls are written to")
 	o := memoryOpts{
 		prefix:  fs.String("prefix", "", "ls: only paths under this /dir/"),
 		version: fs.String("version", "", "cat, restore: the version id"),
@@ -97,7 +98,7 @@ func runMemory(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	c := &memoryCLI{ctx: ctx, client: http.DefaultClient, base: strings.TrimSuffix(*base, "/"), token: *token,
 		store: memapi.StoreIDPrefix + *tenant, out: stdout}
 	if c.base == "" {
-		stop, err := c.local(ctx, &config{MemoryStore: *memStore, MemoryDir: *memDir}, *pols)
+		stop, err := c.local(ctx, &config{MemoryStore: *memStore, MemoryDir: *memDir, MemoryAudit: *audit}, *pols)
 		if err != nil {
 			fmt.Fprintln(stderr, "ctxproxy memory:", err)
 			return 1
@@ -132,13 +133,18 @@ func (c *memoryCLI) local(ctx context.Context, cfg *config, policies string) (fu
 		closeMem()
 		return nil, errors.New("this memory store keeps no history")
 	}
+	audit, err := memapi.OpenAudit(cfg.MemoryAudit)
+	if err != nil {
+		closeMem()
+		return nil, err
+	}
 	var tok [16]byte
 	rand.Read(tok[:])
 	c.token = "local-" + hex.EncodeToString(tok[:])
-	api := memapi.New(memapi.Config{Store: st, Policies: pols, AdminToken: c.token, Log: zap.NewNop()})
+	api := memapi.New(memapi.Config{Store: st, Policies: pols, AdminToken: c.token, Audit: audit, Log: zap.NewNop()})
 	c.base = "http://ctxproxy.local"
 	c.client = &http.Client{Transport: handlerTransport{api}}
-	return closeMem, nil
+	return func() { audit.Close(); closeMem() }, nil
 }
 
 // handlerTransport answers requests with an http.Handler, in process.

@@ -3,20 +3,24 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
+	"go.uber.org/zap"
+
+	"github.com/ctxproxy/ctxproxy/memapi"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
+	"github.com/ctxproxy/ctxproxy/policy"
 )
 
 // memoryCLIFixture: a policies folder with tenant acme and a file store
 // holding what the model wrote in two requests.
-func memoryCLIFixture(t *testing.T) func(args ...string) (string, string, int) {
+func memoryCLIFixture(t *testing.T, dir string) func(args ...string) (string, string, int) {
 	t.Helper()
-	dir := t.TempDir()
 	pols, mem := filepath.Join(dir, "policies"), filepath.Join(dir, "mem")
 	os.MkdirAll(pols, 0o755)
 	os.WriteFile(filepath.Join(pols, "acme.yaml"), []byte("tenant: acme\nmemory:\n  mode: proxy\n"), 0o644)
@@ -36,7 +40,7 @@ func memoryCLIFixture(t *testing.T) func(args ...string) (string, string, int) {
 	}
 	st.Close()
 	getenv := func(k string) string {
-		return map[string]string{"CTXPROXY_POLICIES": pols, "CTXPROXY_MEMORY_DIR": mem}[k]
+		return map[string]string{"CTXPROXY_POLICIES": pols, "CTXPROXY_MEMORY_DIR": mem, "CTXPROXY_MEMORY_AUDIT": filepath.Join(dir, "audit.jsonl")}[k]
 	}
 	return func(args ...string) (string, string, int) {
 		var out, errb bytes.Buffer
@@ -46,7 +50,8 @@ func memoryCLIFixture(t *testing.T) func(args ...string) (string, string, int) {
 }
 
 func TestMemoryCLI(t *testing.T) {
-	run := memoryCLIFixture(t)
+	auditDir := t.TempDir()
+	run := memoryCLIFixture(t, auditDir)
 	must := func(args ...string) string {
 		t.Helper()
 		out, errs, code := run(args...)
@@ -106,9 +111,50 @@ func TestMemoryCLI(t *testing.T) {
 			t.Errorf("cat after import: %q", got)
 		}
 	})
+	t.Run("every call is in the audit log", func(t *testing.T) {
+		b, _ := os.ReadFile(filepath.Join(auditDir, "audit.jsonl"))
+		if !strings.Contains(string(b), `"path":"/v1/memory_stores/memstore_acme/purge"`) || !strings.Contains(string(b), "/restore") {
+			t.Errorf("audit:\n%s", b)
+		}
+	})
 	t.Run("an unknown tenant is a clear error", func(t *testing.T) {
 		if _, errs, code := run("ls", "--tenant", "nope"); code != 1 || !strings.Contains(errs, "not found") {
 			t.Errorf("%d %s", code, errs)
 		}
 	})
+}
+
+// Over --url the CLI is a client of a running ctxproxy's operator API.
+func TestMemoryCLIOverURL(t *testing.T) {
+	dir := t.TempDir()
+	pdir := filepath.Join(dir, "policies")
+	os.MkdirAll(pdir, 0o755)
+	os.WriteFile(filepath.Join(pdir, "acme.yaml"), []byte("tenant: acme\n"), 0o644)
+	pols, err := policy.NewStore(pdir, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := memoryhook.NewFileStore(filepath.Join(dir, "mem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	srv := httptest.NewServer(memapi.New(memapi.Config{Store: st, Policies: pols, AdminToken: "tok"}))
+	defer srv.Close()
+	var out, errb bytes.Buffer
+	getenv := func(k string) string { return map[string]string{"CTXPROXY_URL": srv.URL, "CTXPROXY_OPERATOR_TOKEN": "tok"}[k] }
+	imp := filepath.Join(dir, "in.jsonl")
+	os.WriteFile(imp, []byte(`{"type":"memory","path":"/a.md","content":"hello\n"}`+"\n"), 0o600)
+	if code := run(context.Background(), []string{"memory", "import", "--tenant", "acme", imp}, &out, &errb, getenv); code != 0 {
+		t.Fatalf("import: %d %s", code, errb.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"memory", "cat", "--tenant", "acme", "/a.md"}, &out, &errb, getenv); code != 0 || out.String() != "hello\n" {
+		t.Errorf("cat: %d %q %s", code, out.String(), errb.String())
+	}
+	errb.Reset()
+	bad := func(k string) string { return map[string]string{"CTXPROXY_URL": srv.URL, "CTXPROXY_OPERATOR_TOKEN": "wrong"}[k] }
+	if code := run(context.Background(), []string{"memory", "ls", "--tenant", "acme"}, &out, &errb, bad); code != 1 || !strings.Contains(errb.String(), "authentication_error") {
+		t.Errorf("a wrong token: %d %s", code, errb.String())
+	}
 }
