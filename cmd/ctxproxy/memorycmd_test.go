@@ -142,7 +142,9 @@ func TestMemoryCLIOverURL(t *testing.T) {
 	srv := httptest.NewServer(memapi.New(memapi.Config{Store: st, Policies: pols, AdminToken: "tok"}))
 	defer srv.Close()
 	var out, errb bytes.Buffer
-	getenv := func(k string) string { return map[string]string{"CTXPROXY_URL": srv.URL, "CTXPROXY_OPERATOR_TOKEN": "tok"}[k] }
+	getenv := func(k string) string {
+		return map[string]string{"CTXPROXY_URL": srv.URL, "CTXPROXY_OPERATOR_TOKEN": "tok"}[k]
+	}
 	imp := filepath.Join(dir, "in.jsonl")
 	os.WriteFile(imp, []byte(`{"type":"memory","path":"/a.md","content":"hello\n"}`+"\n"), 0o600)
 	if code := run(context.Background(), []string{"memory", "import", "--tenant", "acme", imp}, &out, &errb, getenv); code != 0 {
@@ -153,7 +155,9 @@ func TestMemoryCLIOverURL(t *testing.T) {
 		t.Errorf("cat: %d %q %s", code, out.String(), errb.String())
 	}
 	errb.Reset()
-	bad := func(k string) string { return map[string]string{"CTXPROXY_URL": srv.URL, "CTXPROXY_OPERATOR_TOKEN": "wrong"}[k] }
+	bad := func(k string) string {
+		return map[string]string{"CTXPROXY_URL": srv.URL, "CTXPROXY_OPERATOR_TOKEN": "wrong"}[k]
+	}
 	if code := run(context.Background(), []string{"memory", "ls", "--tenant", "acme"}, &out, &errb, bad); code != 1 || !strings.Contains(errb.String(), "authentication_error") {
 		t.Errorf("a wrong token: %d %s", code, errb.String())
 	}
