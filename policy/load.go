@@ -357,7 +357,7 @@ func (ps *parser) policy(n *yaml.Node, isDefault bool) *Policy {
 	}
 	var tenantSeen, keysSeen bool
 	var keysLine int
-	ok := ps.fields(n, "the policy", []string{"tenant", "api_keys_sha256", "operator_tokens_sha256", "context_management", "memory", "upstream", "limits"}, func(key string, k, v *yaml.Node) {
+	ok := ps.fields(n, "the policy", []string{"tenant", "api_keys_sha256", "operator_tokens_sha256", "context_management", "memory", "upstream", "limits", "tracing"}, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "tenant":
 			tenantSeen = true
@@ -391,6 +391,8 @@ func (ps *parser) policy(n *yaml.Node, isDefault bool) *Policy {
 			ps.upstream(v, &p.Upstream)
 		case "limits":
 			ps.limits(v, &p.Limits)
+		case "tracing":
+			ps.tracing(v, &p.Tracing)
 		}
 	})
 	if !ok {
@@ -777,6 +779,17 @@ func (ps *parser) memory(n *yaml.Node, m *Memory) {
 			if m.Limits.MaxFileBytes > m.Limits.MaxTenantBytes {
 				ps.add(v.Line, "memory.limits.max_file_bytes (%d) is larger than max_total_bytes (%d)", m.Limits.MaxFileBytes, m.Limits.MaxTenantBytes)
 			}
+		}
+	})
+}
+
+func (ps *parser) tracing(n *yaml.Node, t *Tracing) {
+	if isNull(n) {
+		return
+	}
+	ps.fields(n, "tracing", []string{"content"}, func(key string, _, v *yaml.Node) {
+		if b, ok := ps.bool(v, "tracing.content"); ok {
+			t.Content = b
 		}
 	})
 }

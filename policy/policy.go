@@ -102,6 +102,7 @@ type Policy struct {
 	Memory            Memory
 	Upstream          Upstream
 	Limits            Limits // spend caps and per-minute limits (issue 16)
+	Tracing           Tracing
 
 	// Pre-rendered edits (JSON objects), nil when the tenant does not configure the edit.
 	// clearToolUsesJSON already lists "memory" in exclude_tools when memory is not off.
@@ -119,6 +120,15 @@ type tenantEdits struct {
 	edits []clientEdit
 	types []string // edit types, cap == len so callers appending cannot write into it
 	array string   // the JSON array, "" when there are no edits
+}
+
+// Tracing is the tracing block of a policy: what of the tenant's traffic
+// its spans may carry beyond counts and names.
+type Tracing struct {
+	// Content puts message and memory content into the tenant's spans
+	// (gen_ai.input.messages, gen_ai.output.messages, the memory command's
+	// input). Off by default: content never leaves in a trace unless asked.
+	Content bool
 }
 
 // ContextManagement is the context_management block of a policy.
@@ -303,6 +313,9 @@ func (p *Policy) Summary() string {
 	}
 	if p.Limits.Any() {
 		fmt.Fprintf(&b, ", limits: %s", p.Limits.String())
+	}
+	if p.Tracing.Content {
+		b.WriteString(", traces carry content")
 	}
 	return b.String()
 }

@@ -26,6 +26,7 @@ type spans struct {
 // replyMeta is what a reply says of itself, for the call's span.
 type replyMeta struct {
 	id, model, stopReason string
+	content               string // the reply's content, for a tenant that opted in
 }
 
 // startServerSpan starts the request's server span, continuing an incoming
@@ -65,12 +66,17 @@ func (x *exchange) startCallSpan(ctx context.Context) context.Context {
 	if q.pol != nil {
 		req.PolicyMode = string(q.pol.ContextManagement.Mode)
 	}
-	if q.info.Threaded {
+	content := q.pol != nil && q.pol.Tracing.Content
+	if q.info.Threaded || content {
 		body := x.loop.body // the whole body, in memory proxy mode
 		if body == nil {
 			body = joinParts(q.parts)
 		}
-		req.ConversationID = gjson.GetBytes(body, "thread.previous_message_id").Str
+		r := gjson.GetManyBytes(body, "thread.previous_message_id", "messages")
+		req.ConversationID = r[0].Str
+		if content {
+			req.InputMessages = r[1].Raw
+		}
 	}
 	ctx, x.spans.call = t.StartChat(ctx, req)
 	return ctx
@@ -91,8 +97,12 @@ func (x *exchange) plainMeta(reply []byte) replyMeta {
 	if !x.spans.call.Recording() {
 		return replyMeta{}
 	}
-	r := gjson.GetManyBytes(reply, "id", "model", "stop_reason")
-	return replyMeta{id: r[0].Str, model: r[1].Str, stopReason: r[2].Str}
+	r := gjson.GetManyBytes(reply, "id", "model", "stop_reason", "content")
+	m := replyMeta{id: r[0].Str, model: r[1].Str, stopReason: r[2].Str}
+	if x.req.pol != nil && x.req.pol.Tracing.Content {
+		m.content = r[3].Raw
+	}
+	return m
 }
 
 // injectTrace gives the upstream request the call span as its parent. The
@@ -118,7 +128,7 @@ func (x *exchange) endCallSpan(c *tokens.Call, m replyMeta) {
 		Status: c.Status, ID: m.id, Model: m.model, StopReason: m.stopReason,
 		InputTokens: c.Usage.InputTokens, OutputTokens: c.Usage.OutputTokens,
 		CacheRead: c.Usage.CacheReadInputTokens, CacheCreation: c.Usage.CacheCreationInputTokens,
-		CostUSD: c.Cost.USD(),
+		CostUSD: c.Cost.USD(), OutputMessages: m.content,
 	}
 	for _, e := range c.Edits {
 		r.AppliedEdits = append(r.AppliedEdits, e.Type)
@@ -148,6 +158,9 @@ func (x *exchange) traceMemory(ctx context.Context, input []byte, run func(conte
 		return run(ctx)
 	}
 	ctx, sp := t.StartMemory(ctx, gjson.GetBytes(input, "command").Str)
+	if x.req.pol != nil && x.req.pol.Tracing.Content {
+		sp.SetMemoryInput(string(input))
+	}
 	res := run(ctx)
 	sp.EndMemory(!res.IsError, len(res.Content))
 	return res

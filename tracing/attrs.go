@@ -19,6 +19,10 @@ const (
 	AttrUsageCacheReadTokens   = "gen_ai.usage.cache_read.input_tokens"
 	AttrUsageCacheCreateTokens = "gen_ai.usage.cache_creation.input_tokens"
 	AttrErrorType              = "error.type"
+	// Content, only for tenants whose policy opts in (tracing.content).
+	AttrInputMessages  = "gen_ai.input.messages"
+	AttrOutputMessages = "gen_ai.output.messages"
+	AttrMemoryInput    = "ctxproxy.memory.input"
 
 	AttrTenant             = "ctxproxy.tenant"
 	AttrPolicyMode         = "ctxproxy.policy.mode"
@@ -48,6 +52,7 @@ type ChatRequest struct {
 	PolicyMode     string   // the tenant's context_management mode
 	Edits          []string // edits the proxy wrote into the request
 	Round          int      // memory-loop round, 0 for the client's own call
+	InputMessages  string   // the request's messages (JSON), only when the tenant opted in
 }
 
 // ChatResponse is what the reply told of the call.
@@ -64,6 +69,9 @@ type ChatResponse struct {
 	ClearedInput  int64
 	ClearedTools  int64
 	CostUSD       float64
+	// OutputMessages is the reply's content (JSON), only when the tenant
+	// opted in and the reply was not streamed.
+	OutputMessages string
 }
 
 // EndChat records the reply on the span and ends it.
@@ -95,6 +103,9 @@ func (s Span) EndChat(r ChatResponse) {
 		if len(r.AppliedEdits) > 0 {
 			attrs = append(attrs, attribute.StringSlice(AttrAppliedEdits, r.AppliedEdits))
 		}
+		if r.OutputMessages != "" {
+			attrs = append(attrs, attribute.String(AttrOutputMessages, r.OutputMessages))
+		}
 		s.sp.SetAttributes(attrs...)
 		if r.Status >= 400 {
 			s.Fail(errorTypeForStatus(r.Status), "upstream answered an error")
@@ -114,6 +125,14 @@ func (s Span) EndServer(status int, tenant string) {
 		s.Fail(errorTypeForStatus(status), "request failed")
 	}
 	s.sp.End()
+}
+
+// SetMemoryInput records a memory command's input (paths and text), for a
+// tenant that opted into content in its traces.
+func (s Span) SetMemoryInput(input string) {
+	if s.sp != nil {
+		s.sp.SetAttributes(attribute.String(AttrMemoryInput, input))
+	}
 }
 
 // EndMemory records a memory command's outcome (never its content or a

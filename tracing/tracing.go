@@ -179,6 +179,9 @@ func (t *Tracer) StartChat(ctx context.Context, req ChatRequest) (context.Contex
 	if len(req.Edits) > 0 {
 		attrs = append(attrs, attribute.StringSlice(AttrEditsWritten, req.Edits))
 	}
+	if req.InputMessages != "" {
+		attrs = append(attrs, attribute.String(AttrInputMessages, req.InputMessages))
+	}
 	ctx, sp := t.t.Start(ctx, op+" "+req.Model, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 	return ctx, Span{sp}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/internal/binaries"
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
 	"github.com/ctxproxy/ctxproxy/internal/otlptest"
+	"github.com/ctxproxy/ctxproxy/internal/stack"
 
 	"context"
 )
@@ -182,5 +183,55 @@ func TestBinaryTracesOffByDefault(t *testing.T) {
 		"--ledger", "file:"+filepath.Join(t.TempDir(), "l.jsonl"))
 	if strings.Contains(p.Log(), "tracing on") {
 		t.Fatal("tracing is on without an OTLP endpoint")
+	}
+}
+
+// A tenant whose policy says tracing.content: true gets the messages, the
+// reply's content and the memory command's input in its spans.
+func TestBinaryTracesContentOptIn(t *testing.T) {
+	rc, endpoint := otlptest.StartHTTP(t)
+	fake, upURL := fakeUpstream(t)
+	fake.SetResponder(fakeapi.Script(
+		fakeapi.Reply{Content: []json.RawMessage{fakeapi.MemoryCreate("/memories/open.md", "opted-in memory text")}, Usage: &fakeapi.Usage{InputTokens: 10, OutputTokens: 1}},
+		fakeapi.Reply{Content: []json.RawMessage{fakeapi.Text("opted-in reply text")}, Usage: &fakeapi.Usage{InputTokens: 10, OutputTokens: 1}},
+	))
+	pols, _, err := stack.Layout(t.TempDir(), map[string]string{
+		"default.yaml": "tenant: default\nmemory:\n  mode: off\n",
+		"open.yaml":    stack.TenantPolicy("open", binKey, "memory:\n  mode: proxy\ntracing:\n  content: true\n"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary(t), "--listen", "127.0.0.1:0", "--upstream", upURL, "--policies", pols,
+		"--memory-dir", t.TempDir(), "--ledger", "file:"+filepath.Join(t.TempDir(), "l.jsonl"))
+	cmd.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf")
+	p, err := binaries.Start(context.Background(), cmd, "ctxproxy listening", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	if resp, body := send(t, p.Addr, "/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"opted-in user text"}]}`); resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	p.Signal(syscall.SIGTERM)
+	<-p.Done()
+	found := map[string]bool{}
+	for _, s := range rc.Spans() {
+		for k, v := range s.Attrs {
+			str, _ := v.(string)
+			switch {
+			case k == "gen_ai.input.messages" && strings.Contains(str, "opted-in user text"):
+				found["input"] = true
+			case k == "gen_ai.output.messages" && strings.Contains(str, "opted-in reply text"):
+				found["output"] = true
+			case k == "ctxproxy.memory.input" && strings.Contains(str, "opted-in memory text"):
+				found["memory"] = true
+			}
+		}
+	}
+	for _, want := range []string{"input", "output", "memory"} {
+		if !found[want] {
+			t.Errorf("no %s content in the opted-in tenant's spans", want)
+		}
 	}
 }
