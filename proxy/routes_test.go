@@ -10,9 +10,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tidwall/gjson"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
@@ -152,7 +154,15 @@ func TestPassthroughGetsALogLine(t *testing.T) {
 	if status != 200 {
 		t.Fatalf("status %d", status)
 	}
-	logs := h.logs.FilterMessage("request").FilterField(zap.Bool("passthrough", true)).All()
+	// The line is written once the handler returns, which may be after the
+	// client has read the whole reply: wait for it (a hang guard, not a
+	// deadline the test depends on).
+	var logs []observer.LoggedEntry
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if logs = h.logs.FilterMessage("request").FilterField(zap.Bool("passthrough", true)).All(); len(logs) > 0 {
+			break
+		}
+	}
 	if len(logs) != 1 {
 		t.Fatalf("%d passthrough request lines", len(logs))
 	}
