@@ -282,7 +282,9 @@ func pricesFile(cfg *config) (path string, required bool) {
 func reloadPrices(rec *tokens.Recorder, path string, required bool, log *zap.Logger) {
 	tab, err := tokens.OpenPrices(path, required)
 	if err != nil {
-		log.Error("prices reload refused; the last good prices stay in force", zap.String("file", filepath.Base(path)), zap.Error(err))
+		// The file's base name only: logs carry no host paths.
+		log.Error("prices reload refused; the last good prices stay in force", zap.String("file", filepath.Base(path)),
+			zap.String("error", strings.ReplaceAll(err.Error(), path, filepath.Base(path))))
 		return
 	}
 	rec.SetPrices(tab.Prices)

@@ -111,6 +111,11 @@ func TestBinaryPricesReloadWithThePolicies(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 			}
 		})
+		for _, line := range strings.Split(p.Log(), "\n") {
+			if strings.HasPrefix(gjson.Get(line, "msg").Str, "prices") && strings.Contains(line, pols) {
+				t.Fatalf("a prices log line carries the host path: %s", line)
+			}
+		}
 		pricedAs(t, p.Addr, ledger, "3000")
 	})
 	t.Run("a tenant added by a file change is a metrics label at once", func(t *testing.T) {
