@@ -35,8 +35,9 @@ func rawSend(t *testing.T, addr, method, target, key, body string) (int, string)
 
 func TestBinaryEveryRouteIsUnderThePolicy(t *testing.T) {
 	fake, upURL := fakeUpstream(t)
+	ledger := filepath.Join(t.TempDir(), "l.jsonl")
 	p := startProxy(t, "--upstream", upURL, "--policies", binPolicies(t), "--memory-dir", t.TempDir(),
-		"--ledger", "file:"+filepath.Join(t.TempDir(), "l.jsonl"), "--require-known-tenant")
+		"--ledger", "file:"+ledger, "--require-known-tenant")
 	msg := `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`
 	batch := `{"requests":[{"custom_id":"one","params":` + msg + `}]}`
 	t.Run("--require-known-tenant answers 401 on every route that reaches the upstream", func(t *testing.T) {
@@ -70,6 +71,25 @@ func TestBinaryEveryRouteIsUnderThePolicy(t *testing.T) {
 		if !params.Get("context_management.edits").Exists() || params.Get("tools").Exists() ||
 			!strings.Contains(up.Header.Get("Anthropic-Beta"), "context-management-2025-06-27") {
 			t.Fatalf("upstream batch %s", up.Body)
+		}
+	})
+	t.Run("count_tokens is a ledger line with what it counted, billed nothing", func(t *testing.T) {
+		count := `{"model":"claude-counted","messages":[{"role":"user","content":"` + strings.Repeat("word ", 500) + `"}]}`
+		status, body := rawSend(t, p.Addr, "POST", "/v1/messages/count_tokens", binKey, count)
+		if status != 200 {
+			t.Fatalf("%d %s", status, body)
+		}
+		var line string
+		within(t, 10*time.Second, "the count_tokens ledger line", func() {
+			for line = lastLedgerCall(t, ledger, "claude-counted"); line == ""; line = lastLedgerCall(t, ledger, "claude-counted") {
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
+		if gjson.Get(line, "endpoint").Str != "count_tokens" ||
+			gjson.Get(line, "count_tokens.input_tokens").Int() != gjson.Get(body, "input_tokens").Int() ||
+			gjson.Get(line, "count_tokens.context_management.original_input_tokens").Int() != gjson.Get(body, "context_management.original_input_tokens").Int() ||
+			gjson.Get(line, "cost_usd").Float() != 0 {
+			t.Fatalf("ledger line %s for reply %s", line, body)
 		}
 	})
 	t.Run("pass-through requests get a log line", func(t *testing.T) {
