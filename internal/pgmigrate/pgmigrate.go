@@ -23,9 +23,10 @@
 // lives in (pgstore.Schemas for the memory store's database, tokens.PGSchemas
 // for the ledger's). That package's Open applies its Schemas, and
 // `ctxproxy migrate` applies the same lists to the same --memory-store and
-// --ledger URLs, so nothing else needs to know about it. A part with a
-// database URL of its own adds one row to the table in
-// cmd/ctxproxy/migrate.go.
+// --ledger URLs (migrateTargets in cmd/ctxproxy/migrate.go), so nothing else
+// needs to know about it. A store package with a list of its own (keys.PGSchemas,
+// limits.PGSchemas) is added to the migrateTargets row of the flag whose URL
+// it is opened on, or a row of its own for a URL of its own.
 package pgmigrate
 
 import (
