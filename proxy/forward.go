@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"compress/flate"
 	"compress/gzip"
 	"context"
@@ -161,17 +162,29 @@ func (u *upstream) newRequest(ctx context.Context, in *http.Request, h http.Head
 	for _, p := range body {
 		n += int64(len(p))
 	}
-	req, err := http.NewRequestWithContext(ctx, in.Method, target.String(), lease.reader(body))
+	req, err := http.NewRequestWithContext(ctx, in.Method, target.String(), requestBody(body, n, lease))
 	if err != nil {
 		return nil, fmt.Errorf("build upstream request: %w", err)
 	}
 	// GetBody lets the transport resend on a keep-alive connection that
 	// turned out dead.
-	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(lease.reader(body)), nil }
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(requestBody(body, n, lease)), nil }
 	req.Header = h
 	req.ContentLength = n
 	req.Host = target.Host
 	return req, nil
+}
+
+// requestBody is a reader over the n bytes of parts. A small unpooled body
+// is one *bytes.Reader: net/http writes the headers and a body it knows is in
+// memory together, where any other reader costs a write(2) of the headers
+// alone first. A pooled body keeps its leased reader (bodypool.go), which
+// must see EOF before the buffer can go back.
+func requestBody(parts [][]byte, n int64, lease *bodyLease) io.Reader {
+	if lease == nil && n <= minPooledBody {
+		return bytes.NewReader(joinParts(parts))
+	}
+	return lease.reader(parts)
 }
 
 // singleJoiningSlash is httputil's path join.

@@ -1,7 +1,14 @@
 package proxy
 
 import (
+	"bytes"
+	"context"
+	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -82,4 +89,73 @@ func TestErrorBodyEscapes(t *testing.T) {
 	if got != want {
 		t.Fatalf("got %s, want %s", got, want)
 	}
+}
+
+// countingConn counts the writes made on a connection.
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int32
+}
+
+func (c countingConn) Write(p []byte) (int, error) { c.writes.Add(1); return c.Conn.Write(p) }
+
+func TestUpstreamRequestWrites(t *testing.T) {
+	var got []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ = io.ReadAll(r.Body)
+	}))
+	defer srv.Close()
+	var writes atomic.Int32
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		return countingConn{c, &writes}, err
+	}}
+	defer tr.CloseIdleConnections()
+	base, _ := url.Parse(srv.URL)
+	u := &upstream{base: base, client: &http.Client{Transport: tr}}
+	in := httptest.NewRequest(http.MethodPost, "/v1/messages", nil)
+
+	send := func(t *testing.T, parts [][]byte, lease *bodyLease) *http.Request {
+		t.Helper()
+		writes.Store(0)
+		req, err := u.newRequest(context.Background(), in, http.Header{}, parts, lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := u.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if want := bytes.Join(parts, nil); !bytes.Equal(got, want) {
+			t.Fatalf("upstream got %d bytes, want the %d sent", len(got), len(want))
+		}
+		rb, err := req.GetBody()
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, _ := io.ReadAll(rb)
+		if !bytes.Equal(again, got) {
+			t.Fatal("GetBody does not give the body again")
+		}
+		return req
+	}
+
+	t.Run("a small body in pieces goes out with its headers in one write", func(t *testing.T) {
+		send(t, [][]byte{[]byte(`{"model":"m",`), []byte(`"max_tokens":1,`), []byte(`"messages":[]}`)}, nil)
+		if n := writes.Load(); n != 1 {
+			t.Fatalf("request written in %d writes, want 1", n)
+		}
+	})
+	t.Run("a pooled body is read through its lease, which sees EOF", func(t *testing.T) {
+		buf, lease := newBodyBuf(100 << 10)
+		for i := range buf {
+			buf[i] = 'a' + byte(i%26)
+		}
+		send(t, [][]byte{buf[:10], buf[10:]}, lease)
+		if n := lease.open.Load(); n != 0 {
+			t.Fatalf("%d readers of the pooled buffer not at EOF", n)
+		}
+	})
 }
