@@ -82,6 +82,15 @@ type Ledger interface {
 	Close() error
 }
 
+// BatchLedger is a Ledger that stores several records in one write (one write(2), one
+// INSERT). The Recorder hands it whatever is queued at once.
+type BatchLedger interface {
+	Ledger
+	// AppendBatch stores cs in order and returns how many of them, from the first, were
+	// stored; it is len(cs) when err is nil.
+	AppendBatch(ctx context.Context, cs []Call) (int, error)
+}
+
 // DefaultLedgerSpec is the --ledger default.
 const DefaultLedgerSpec = "file:./data/ledger.jsonl"
 

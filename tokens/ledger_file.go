@@ -13,8 +13,8 @@ import (
 	"syscall"
 )
 
-// FileLedger appends one JSON line per call to a file opened with O_APPEND; each record is one
-// write. After a failed or short write (a full disk) the next record starts on a fresh line, so
+// FileLedger appends one JSON line per call to a file opened with O_APPEND; each record, or
+// batch of records, is one write. After a failed or short write (a full disk) the next record starts on a fresh line, so
 // one lost record never corrupts the next; Query skips lines that do not parse.
 type FileLedger struct {
 	path string
@@ -66,28 +66,37 @@ func (l *FileLedger) Path() string { return l.path }
 
 // Append writes c as one line.
 func (l *FileLedger) Append(ctx context.Context, c Call) error {
+	_, err := l.AppendBatch(ctx, []Call{c})
+	return err
+}
+
+// AppendBatch writes cs as lines in one write.
+func (l *FileLedger) AppendBatch(ctx context.Context, cs []Call) (int, error) {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("ledger append: %w", err)
+		return 0, fmt.Errorf("ledger append: %w", err)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return errors.New("ledger append: closed")
+		return 0, errors.New("ledger append: closed")
 	}
 	l.buf = l.buf[:0]
 	if l.needNL {
 		l.buf = append(l.buf, '\n')
 	}
-	l.buf = AppendCall(l.buf, &c)
-	l.buf = append(l.buf, '\n')
+	start := len(l.buf)
+	for i := range cs {
+		l.buf = AppendCall(l.buf, &cs[i])
+		l.buf = append(l.buf, '\n')
+	}
 	n, err := l.f.Write(l.buf)
 	if err != nil {
 		// Some bytes may have landed: start the next record on a new line.
 		l.needNL = n > 0 || l.needNL
-		return fmt.Errorf("ledger append %s: %w", l.path, err)
+		return bytes.Count(l.buf[start:max(n, start)], []byte{'\n'}), fmt.Errorf("ledger append %s: %w", l.path, err)
 	}
 	l.needNL = false
-	return nil
+	return len(cs), nil
 }
 
 // Query reads the file from the start and returns the records matching f, in file order.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -94,6 +96,50 @@ func OpenPGLedger(ctx context.Context, url string) (*PGLedger, error) {
 
 // Append inserts c.
 func (l *PGLedger) Append(ctx context.Context, c Call) error {
+	_, err := l.AppendBatch(ctx, []Call{c})
+	return err
+}
+
+// pgColumns are the columns AppendBatch inserts, in the order of pgArgs.
+const pgColumns = `INSERT INTO ctxproxy_ledger (time, tenant, model, request_id, message_id, stream, status,
+		input_tokens, output_tokens, cache_creation_input_tokens, cache_creation_1h_input_tokens, cache_read_input_tokens,
+		applied_edits, cleared_input_tokens, cost_nano_usd, savings_nano_usd, price_unknown, key_id, user_name,
+		web_search_requests, service_tier, iterations, cost_breakdown, compactions, compaction_cost_nano_usd,
+		count_input_tokens, count_original_input_tokens, compacted_input_tokens, compaction_savings_nano_usd) VALUES `
+
+const pgNumColumns = 29
+
+// AppendBatch inserts cs in one multi-row INSERT: all of them or none.
+func (l *PGLedger) AppendBatch(ctx context.Context, cs []Call) (int, error) {
+	if len(cs) == 0 {
+		return 0, nil
+	}
+	var sql strings.Builder
+	sql.WriteString(pgColumns)
+	args := make([]any, 0, len(cs)*pgNumColumns)
+	for i := range cs {
+		if i > 0 {
+			sql.WriteByte(',')
+		}
+		sql.WriteByte('(')
+		for j := range pgNumColumns {
+			if j > 0 {
+				sql.WriteByte(',')
+			}
+			sql.WriteByte('$')
+			sql.WriteString(strconv.Itoa(len(args) + j + 1))
+		}
+		sql.WriteByte(')')
+		args = appendPGArgs(args, &cs[i])
+	}
+	if _, err := l.pool.Exec(ctx, sql.String(), args...); err != nil {
+		return 0, fmt.Errorf("ledger append: %w", err)
+	}
+	return len(cs), nil
+}
+
+// appendPGArgs appends c's values in the order of pgColumns.
+func appendPGArgs(args []any, c *Call) []any {
 	edits := appendEdits(nil, c.Edits)
 	u := c.Usage
 	var its, breakdown *string
@@ -112,21 +158,12 @@ func (l *PGLedger) Append(ctx context.Context, c Call) error {
 			countOrig = &ct.OriginalInputTokens
 		}
 	}
-	_, err := l.pool.Exec(ctx, `INSERT INTO ctxproxy_ledger (time, tenant, model, request_id, message_id, stream, status,
-		input_tokens, output_tokens, cache_creation_input_tokens, cache_creation_1h_input_tokens, cache_read_input_tokens,
-		applied_edits, cleared_input_tokens, cost_nano_usd, savings_nano_usd, price_unknown, key_id, user_name,
-		web_search_requests, service_tier, iterations, cost_breakdown, compactions, compaction_cost_nano_usd,
-		count_input_tokens, count_original_input_tokens, compacted_input_tokens, compaction_savings_nano_usd)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29)`,
+	return append(args,
 		c.Time.UTC().Truncate(time.Microsecond), c.Tenant, c.Model, c.RequestID, c.MessageID, c.Stream, c.Status,
 		u.InputTokens, u.OutputTokens, u.CacheCreationInputTokens, u.CacheCreation1hInputTokens, u.CacheReadInputTokens,
 		string(edits), c.ClearedInputTokens(), int64(c.Cost), int64(c.Savings), c.PriceUnknown, c.KeyID, c.User,
 		u.WebSearchRequests, c.ServiceTier, its, breakdown, c.Compactions, int64(c.CompactionCost),
 		countIn, countOrig, c.CompactedInputTokens, int64(c.CompactionSavings))
-	if err != nil {
-		return fmt.Errorf("ledger append: %w", err)
-	}
-	return nil
 }
 
 // Query returns the calls matching f in insertion order.

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -94,6 +96,26 @@ func ledgerSuite(t *testing.T, open func(t *testing.T) Ledger, reopen func(t *te
 			if err := l.Append(ctx, c); err != nil {
 				t.Fatal(err)
 			}
+		}
+		got, err := l.Query(ctx, Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertCallsPrec(t, timePrec, got, in)
+	})
+	t.Run("a batch is stored in one go, in order, exactly as appended one by one", func(t *testing.T) {
+		l := open(t)
+		defer l.Close()
+		bl, ok := l.(BatchLedger)
+		if !ok {
+			t.Fatalf("%T does not batch", l)
+		}
+		in := sampleCalls()
+		if n, err := bl.AppendBatch(ctx, in[:1]); err != nil || n != 1 {
+			t.Fatalf("AppendBatch of one: %d %v", n, err)
+		}
+		if n, err := bl.AppendBatch(ctx, in[1:]); err != nil || n != len(in)-1 {
+			t.Fatalf("AppendBatch of %d: %d %v", len(in)-1, n, err)
 		}
 		got, err := l.Query(ctx, Filter{})
 		if err != nil {
@@ -399,6 +421,72 @@ func TestRecorderCloseGivesUpWithContext(t *testing.T) {
 		t.Error("Close returned nil while records were pending")
 	}
 	close(bl.release)
+}
+
+// gateLedger is a BatchLedger whose first AppendBatch says it has begun and waits to be let go.
+type gateLedger struct {
+	discardLedger
+	entered, release chan struct{}
+	batches          [][]Call
+}
+
+func (g *gateLedger) AppendBatch(ctx context.Context, cs []Call) (int, error) {
+	if g.batches == nil {
+		close(g.entered)
+		<-g.release
+	}
+	g.batches = append(g.batches, append([]Call(nil), cs...))
+	return len(cs), nil
+}
+
+func TestRecorderWritesWhatQueuedWhileTheLedgerWasBusyInOneBatch(t *testing.T) {
+	ctx := context.Background()
+	g := &gateLedger{entered: make(chan struct{}), release: make(chan struct{})}
+	r := NewRecorder(nil, nil, g, nil)
+	r.Record(ctx, Call{RequestID: "req_0"})
+	<-g.entered // the writer holds req_0 in a write
+	for i := 1; i <= 5; i++ {
+		r.Record(ctx, Call{RequestID: fmt.Sprintf("req_%d", i)})
+	}
+	close(g.release)
+	if err := r.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.batches) != 2 || len(g.batches[0]) != 1 || len(g.batches[1]) != 5 {
+		t.Fatalf("batches %v, want [req_0] then the 5 queued meanwhile", g.batches)
+	}
+	for i, c := range g.batches[1] {
+		if want := fmt.Sprintf("req_%d", i+1); c.RequestID != want {
+			t.Errorf("batch record %d is %s, want %s", i, c.RequestID, want)
+		}
+	}
+}
+
+// BenchmarkRecordToFileLedger is Record through the writer goroutine into a file ledger,
+// flushed by Close, at the pace the writer keeps: what a busy proxy pays per call for its
+// ledger.
+func BenchmarkRecordToFileLedger(b *testing.B) {
+	l, err := OpenFileLedger(filepath.Join(b.TempDir(), "l.jsonl"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	r := NewRecorder(nil, nil, l, zap.NewNop())
+	c := sampleCalls()[0]
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		for len(r.queue) == cap(r.queue) { // keep pace with the writer: no drops
+			runtime.Gosched()
+		}
+		r.Record(ctx, c)
+	}
+	if err := r.Close(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if r.Dropped() != 0 || r.Failed() != 0 {
+		b.Fatalf("dropped %d failed %d", r.Dropped(), r.Failed())
+	}
 }
 
 type discardLedger struct{}

@@ -13,7 +13,8 @@ import (
 // Recorder prices each upstream call, counts it in the metrics and hands it to the ledger.
 //
 // Ledger writes happen on one writer goroutine behind a bounded queue, so a slow or failing
-// ledger never holds up a request: when the queue is full the record is dropped, counted in
+// ledger never holds up a request; what has queued up meanwhile goes to a BatchLedger in one
+// write: when the queue is full the record is dropped, counted in
 // ctxproxy_ledger_dropped_total and logged (the first time, then every 1000th); a failed write
 // (full disk, database down) is counted in ctxproxy_ledger_errors_total and logged, and the
 // Recorder keeps serving.
@@ -27,8 +28,8 @@ type Recorder struct {
 	Ledger  Ledger      // nil: no ledger
 	Log     *zap.Logger // nil: no logging
 
-	QueueSize     int           // records that may wait for the ledger; default 8192
-	AppendTimeout time.Duration // bound on each ledger write; default 5s
+	QueueSize     int           // records that may wait for the ledger, besides the batch in a write; default 8192
+	AppendTimeout time.Duration // bound on each ledger write (one batch); default 5s
 
 	prices atomic.Pointer[Prices] // set by SetPrices, wins over Prices
 
@@ -145,21 +146,67 @@ func (r *Recorder) drop(c Call, why string) {
 	}
 }
 
+// maxBatch bounds the records handed to the ledger in one write.
+const maxBatch = 256
+
+// write is the writer goroutine: it takes whatever is queued (up to maxBatch) and stores it in
+// one ledger write, so a busy proxy pays one write(2) or INSERT per batch, not per call.
 func (r *Recorder) write() {
 	defer close(r.done)
+	limit := 1 // a plain Ledger takes one record at a time, off the queue only as it writes it
+	if _, ok := r.Ledger.(BatchLedger); ok {
+		limit = maxBatch
+	}
+	batch := make([]Call, 0, limit)
 	for c := range r.queue {
+		batch = append(batch[:0], c)
+	drain:
+		for len(batch) < limit {
+			select {
+			case c, ok := <-r.queue:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, c)
+			default:
+				break drain
+			}
+		}
+		r.store(batch)
+		clear(batch) // no record outlives its write
+	}
+}
+
+// store writes batch to the ledger, counting and logging each record it failed to store.
+func (r *Recorder) store(batch []Call) {
+	if bl, ok := r.Ledger.(BatchLedger); ok {
 		ctx, cancel := context.WithTimeout(context.Background(), r.AppendTimeout)
-		err := r.Ledger.Append(ctx, c)
+		n, err := bl.AppendBatch(ctx, batch)
 		cancel()
 		if err != nil {
-			n := r.failed.Add(1)
-			if r.Metrics != nil {
-				r.Metrics.LedgerError()
+			for i := min(max(n, 0), len(batch)); i < len(batch); i++ {
+				r.failedOne(&batch[i], err)
 			}
-			r.Log.Error("ledger write failed", zap.Error(err), zap.Int64("failed_total", n),
-				zap.String("tenant", c.Tenant), zap.String("request_id", c.RequestID))
+		}
+		return
+	}
+	for i := range batch {
+		ctx, cancel := context.WithTimeout(context.Background(), r.AppendTimeout)
+		err := r.Ledger.Append(ctx, batch[i])
+		cancel()
+		if err != nil {
+			r.failedOne(&batch[i], err)
 		}
 	}
+}
+
+func (r *Recorder) failedOne(c *Call, err error) {
+	n := r.failed.Add(1)
+	if r.Metrics != nil {
+		r.Metrics.LedgerError()
+	}
+	r.Log.Error("ledger write failed", zap.Error(err), zap.Int64("failed_total", n),
+		zap.String("tenant", c.Tenant), zap.String("request_id", c.RequestID))
 }
 
 // Dropped is the number of records dropped (queue full or recorder closed).
