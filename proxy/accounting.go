@@ -105,6 +105,7 @@ func (x *exchange) finish() {
 	defer x.measureCompactions() // after the log line: the client has its reply
 	x.req.lease.release()
 	x.endSpans()
+	x.settle()
 	d := time.Since(x.req.start)
 	if m := x.s.cfg.Metrics; m != nil {
 		m.ObserveRequest(x.tenantLabel(), x.req.model, x.out.status, x.acct.upDur, max(d-x.acct.upDur, 0))

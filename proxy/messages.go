@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/limits"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/ctxproxy/ctxproxy/policy"
 )
@@ -57,6 +58,7 @@ type request struct {
 	memory      bool // memory.mode proxy: the proxy runs memory calls
 	retry       retryPolicy
 	bytesIn     int64
+	ticket      *limits.Ticket // admitted against the tenant's limits; nil when it has none
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, ep endpoint) {
@@ -103,6 +105,9 @@ func (x *exchange) readAndRewrite(ep endpoint) bool {
 	// Rewrite read model and stream in its validating pass; a gjson lookup
 	// of an absent "stream" would walk the whole body once more.
 	q.parts, q.info, q.model, q.stream = parts, info, info.Model, info.Stream
+	if ep == epMessages && !x.admit(body) {
+		return false
+	}
 	if q.memory {
 		// The memory loop builds its next requests from the whole body.
 		if q.body, err = x.applyContinuation(r.Context(), joinParts(parts)); err != nil {

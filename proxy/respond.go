@@ -20,6 +20,7 @@ type clientReply struct {
 // fail answers with the API's error shape before anything else was sent.
 func (x *exchange) fail(status int, typ, msg string) {
 	x.out.status = status
+	x.capHeaders(x.w.Header())
 	x.out.n += int64(writeError(x.w, status, typ, msg))
 }
 
@@ -56,6 +57,7 @@ func (x *exchange) upstreamError(err error) {
 func (x *exchange) writeReply(resp *http.Response, body []byte) {
 	h := x.w.Header()
 	copyReplyHeaders(h, resp.Header)
+	x.capHeaders(h)
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	x.out.status = resp.StatusCode
 	x.w.WriteHeader(resp.StatusCode)
@@ -103,6 +105,7 @@ func newStreamWriter(w http.ResponseWriter) *streamWriter {
 // startStream sends the status and the first reply's headers.
 func (x *exchange) startStream(sw *streamWriter, resp *http.Response) {
 	copyReplyHeaders(sw.w.Header(), resp.Header)
+	x.capHeaders(sw.w.Header())
 	x.out.status = http.StatusOK
 	sw.w.WriteHeader(http.StatusOK)
 	sw.started = true

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
+	"github.com/ctxproxy/ctxproxy/limits"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/ctxproxy/ctxproxy/policy"
 	"github.com/ctxproxy/ctxproxy/tokens"
@@ -37,6 +38,7 @@ type Config struct {
 	Console            http.Handler     // the operator console under /admin/ui/ (package console); nil: disabled
 	Keys               KeyVerifier      // ctxproxy's own keys; nil: every sk-ctx- key is unknown
 	MemoryAPI          http.Handler     // /v1/memory_stores (package memapi); nil: passed upstream like any /v1/ path
+	Limits             *limits.Enforcer // spend caps and per-minute limits; nil: none enforced
 	Log                *zap.Logger
 	MaxBody            int64         // request body limit; default 32 MiB
 	RequireKnownTenant bool          // answer 401 to clients that match no tenant

@@ -26,6 +26,8 @@ type config struct {
 	StreamIdleTimeout  time.Duration
 	ShutdownGrace      time.Duration
 	DebugAddr          string
+	LimitsStore        string
+	RatelimitStore     string
 }
 
 // flagSpec ties a flag to its env twin and default, so both stay in one table
@@ -50,6 +52,8 @@ var serveFlags = []flagSpec{
 	{"upstream-timeout", "CTXPROXY_UPSTREAM_TIMEOUT", "10m", "longest wait for the upstream's first byte"},
 	{"stream-idle-timeout", "CTXPROXY_STREAM_IDLE_TIMEOUT", "5m", "longest silence between stream events"},
 	{"shutdown-grace", "CTXPROXY_SHUTDOWN_GRACE", "30s", "how long open requests may finish on SIGTERM"},
+	{"limits-store", "CTXPROXY_LIMITS_STORE", "", "spend counters: memory, or a postgres:// URL (default: --ledger when it is postgres://, else memory)"},
+	{"ratelimit-store", "CTXPROXY_RATELIMIT_STORE", "", "per-minute limits: memory, redis://, or postgres:// (default: the limits store)"},
 	{"debug-addr", "CTXPROXY_DEBUG_ADDR", "", "address of a separate pprof and /debug/stats listener; keep it on 127.0.0.1; unset: off"},
 }
 
@@ -136,6 +140,8 @@ func parseConfig(name string, args []string, getenv func(string) string, specs [
 	c.AdminToken = get("admin-token")
 	c.MemoryAudit = get("memory-audit")
 	c.DebugAddr = get("debug-addr")
+	c.LimitsStore = get("limits-store")
+	c.RatelimitStore = get("ratelimit-store")
 	if v := get("max-body"); v != "" {
 		if c.MaxBody, err = parseSize(v); err != nil {
 			return nil, fs, fmt.Errorf("--max-body: %w", err)

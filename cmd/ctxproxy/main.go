@@ -156,6 +156,11 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		return err
 	}
 	defer stopTracer()
+	lim, closeLimits, err := openLimits(ctx, cfg, prices.Prices, metrics, log)
+	if err != nil {
+		return err
+	}
+	defer closeLimits()
 
 	memAPI, audit, stopMemAPI, err := memoryOperatorAPI(ctx, cfg, mem, pols, log)
 	if err != nil {
@@ -174,6 +179,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		Admin:              adminHandler(cfg, ledger, ring, pols, log),
 		Console:            consoleHandler(cfg, consoleParts{mem: mem, audit: audit, ledger: ledger, ring: ring, pols: pols, metrics: metrics}, log),
 		Keys:               ring,
+		Limits:             lim,
 		Log:                log,
 		MaxBody:            cfg.MaxBody,
 		RequireKnownTenant: cfg.RequireKnownTenant,
@@ -226,7 +232,8 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 	}
 	hs := proxy.NewHTTPServer(srv, log)
 	lifecycle.Info("ctxproxy listening", zap.String("addr", ln.Addr().String()), zap.String("upstream", up.Redacted()),
-		zap.String("policies", cfg.Policies), zap.Int("tenants", len(pols.Current().Tenants())), zap.String("version", version))
+		zap.String("policies", cfg.Policies), zap.Int("tenants", len(pols.Current().Tenants())), zap.String("version", version),
+		zap.String("limits_store", lim.SpendStoreName()), zap.String("ratelimit_store", lim.RateStoreName()))
 	log.Sync() // the listening line is what scripts wait for
 	if ready != nil {
 		ready <- ln.Addr().String()

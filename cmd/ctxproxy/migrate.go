@@ -16,6 +16,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/internal/pgmigrate"
 	"github.com/ctxproxy/ctxproxy/keys"
+	"github.com/ctxproxy/ctxproxy/limits"
 	"github.com/ctxproxy/ctxproxy/memoryhook/pgstore"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
@@ -30,6 +31,7 @@ var migrateTargets = []struct {
 }{
 	{"memory-store", append(append([]pgmigrate.Schema(nil), pgstore.Schemas...), keys.PGSchemas...)}, // the keys live with the memory
 	{"ledger", tokens.PGSchemas},
+	{"limits-store", limits.PGSchemas},
 }
 
 // runMigrate applies every PostgreSQL schema the server needs, for the
@@ -40,7 +42,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 	fs := flag.NewFlagSet("ctxproxy migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: ctxproxy migrate [--memory-store URL] [--ledger URL]\n\n"+
+		fmt.Fprint(fs.Output(), "Usage: ctxproxy migrate [--memory-store URL] [--ledger URL] [--limits-store URL]\n\n"+
 			"Applies the PostgreSQL schemas of the memory store and the ledger, under the advisory lock\n"+
 			"the servers use; a file store or file ledger needs none.\n\n")
 		fs.PrintDefaults()
@@ -55,6 +57,10 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 			return 0
 		}
 		return 2
+	}
+	// Unset, the limits store is the ledger's database (limitsStoreURL): migrate it there too.
+	if *vals["limits-store"] == "" && isPostgresURL(*vals["ledger"]) {
+		*vals["limits-store"] = *vals["ledger"]
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "ctxproxy migrate: unexpected argument %q\n", fs.Arg(0))

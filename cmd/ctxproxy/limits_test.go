@@ -1,0 +1,246 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/ctxproxy/ctxproxy/internal/binaries"
+	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
+	"github.com/ctxproxy/ctxproxy/internal/pgtest"
+	"github.com/ctxproxy/ctxproxy/internal/stack"
+)
+
+// capPrices prices model m at $1 per million input tokens and $10 per million output tokens:
+// 1,000 and 10,000 nano-USD a token.
+const capPrices = "models:\n  - model: m\n    input: 1\n    output: 10\n    cache_write: 1.25\n    cache_read: 0.1\n"
+
+const (
+	capKey   = "sk-ant-limits-test-capped"
+	burstKey = "sk-ant-limits-test-burst"
+)
+
+// capBody is every request of the cap test: 4 bytes a token makes its input estimate exact.
+const capBody = `{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"how much is left?"}]}`
+
+func capPolicies(t *testing.T, burstTenant string) string {
+	t.Helper()
+	dir, _, err := stack.Layout(t.TempDir(), map[string]string{
+		"capped.yaml": stack.TenantPolicy("capped", capKey, "limits:\n  spend: [{period: daily, usd: 1}, {period: monthly, usd: 100}]\n"),
+		"burst.yaml":  stack.TenantPolicy(burstTenant, burstKey, "limits:\n  requests_per_minute: 20\n"),
+		"prices.yaml": capPrices,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func post(t *testing.T, addr, key, body string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/messages", strings.NewReader(body))
+	req.Header.Set("X-Api-Key", key)
+	req.Header.Set("Anthropic-Version", "2023-06-01")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Error(err)
+		return nil, ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// A tenant at 99% of its daily cap sends 50 small requests at once, 25 to each of two replicas
+// on one database. Each holds $0.00102 (27 input tokens estimated from its 106 bytes at $1/M, and
+// max_tokens 100 at $10/M) until its reply, so exactly floor($0.01 / $0.001027) = 9 fit; the
+// upstream keeps every admitted request waiting until all 50 are answered or waiting, so no
+// settle can make room early. Then each admitted request settles its real cost, exactly.
+func TestSpendCapExactAcrossTwoReplicas(t *testing.T) {
+	db := pgtest.New(t, "caps_test")
+	fake, upURL := fakeUpstream(t)
+	release := make(chan struct{})
+	var arrived atomic.Int64
+	fake.SetResponder(func(r *fakeapi.Request) fakeapi.Reply {
+		arrived.Add(1)
+		<-release
+		reply := fakeapi.TextReply("ok")
+		reply.Usage = &fakeapi.Usage{InputTokens: 10, OutputTokens: 5} // $0.00006
+		reply.Header = http.Header{"Anthropic-Ratelimit-Requests-Remaining": {"3999"}}
+		return reply
+	})
+	pols := capPolicies(t, "burst")
+	var replicas []*binaries.Process
+	for i := range 2 {
+		replicas = append(replicas, startProxy(t, "--upstream", upURL, "--policies", pols, "--memory-dir", t.TempDir(),
+			"--ledger", "file:"+filepath.Join(t.TempDir(), fmt.Sprintf("l%d.jsonl", i)), "--limits-store", db.URL))
+	}
+	day := time.Now().UTC().Format("2006-01-02")
+	db.Exec(t, `INSERT INTO ctxproxy_spend (tenant, end_user, bucket, spent_nano) VALUES ('capped', '', $1, 990000000)`, day)
+
+	hold := int64((len(capBody)+3)/4*1000 + 100*10000)
+	want := int((1_000_000_000 - 990_000_000) / hold)
+	type answer struct {
+		status int
+		typ    string
+		header http.Header
+	}
+	answers := make(chan answer, 50)
+	var refused atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, body := post(t, replicas[i%2].Addr, capKey, capBody)
+			if resp == nil {
+				return
+			}
+			if resp.StatusCode != 200 {
+				refused.Add(1)
+			}
+			answers <- answer{resp.StatusCode, gjson.Get(body, "error.type").Str, resp.Header}
+		}()
+	}
+	within(t, 2*time.Minute, "every request answered or waiting upstream", func() {
+		for arrived.Load()+refused.Load() < 50 {
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	close(release)
+	wg.Wait()
+	close(answers)
+	ok := 0
+	for a := range answers {
+		switch {
+		case a.status == 200:
+			ok++
+			if a.header.Get("Anthropic-Ratelimit-Requests-Remaining") != "" {
+				t.Errorf("the upstream's org-wide ratelimit header reached a capped tenant's client")
+			}
+			if a.header.Get("Anthropic-Ratelimit-Unified-Status") != "allowed_warning" || a.header.Get("Anthropic-Ratelimit-Unified-Overage-Surpassed-Threshold") != "0.95" {
+				t.Errorf("unified headers at 99%%: %v", a.header)
+			}
+		case a.status == 429 && a.typ == "rate_limit_error":
+			// In-flight holds took the rest: retry shortly.
+		default:
+			t.Errorf("answer %d %s", a.status, a.typ)
+		}
+	}
+	if ok != want {
+		t.Errorf("admitted %d of 50, want exactly %d (remaining $0.01 / hold $%.6f)", ok, want, float64(hold)/1e9)
+	}
+	spent := db.QueryInt(t, `SELECT spent_nano FROM ctxproxy_spend WHERE tenant = 'capped' AND end_user = '' AND bucket = $1`, day)
+	if wantSpent := int64(990_000_000 + want*60_000); spent != wantSpent {
+		t.Errorf("spent after settling = %d nano-USD, want %d (each admitted request's real $0.00006)", spent, wantSpent)
+	}
+	if n := db.QueryInt(t, `SELECT count(*) FROM ctxproxy_spend_holds`); n != 0 {
+		t.Errorf("%d holds left after every request finished", n)
+	}
+
+	t.Run("at the cap: 429 billing_error with Claude Code's headers, until the day resets", func(t *testing.T) {
+		db.Exec(t, `UPDATE ctxproxy_spend SET spent_nano = 1000000000 WHERE tenant = 'capped' AND bucket = $1`, day)
+		resp, body := post(t, replicas[1].Addr, capKey, capBody)
+		if resp.StatusCode != 429 || gjson.Get(body, "type").Str != "error" || gjson.Get(body, "error.type").Str != "billing_error" {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+		msg := gjson.Get(body, "error.message").Str
+		if !strings.Contains(msg, "daily spend limit of $1") || !strings.Contains(msg, "resets at") || strings.Contains(msg, capKey) {
+			t.Errorf("message %q", msg)
+		}
+		ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		if ra < 1 || ra > 86400 || resp.Header.Get("X-Should-Retry") != "false" {
+			t.Errorf("retry-after %q, x-should-retry %q", resp.Header.Get("Retry-After"), resp.Header.Get("X-Should-Retry"))
+		}
+		for k, v := range map[string]string{"Status": "rejected", "Overage-Period": "daily", "Overage-Disabled-Reason": "org_spend_cap_reached"} {
+			if got := resp.Header.Get("Anthropic-Ratelimit-Unified-" + k); got != v {
+				t.Errorf("anthropic-ratelimit-unified-%s = %q, want %q", strings.ToLower(k), got, v)
+			}
+		}
+	})
+}
+
+// 200 clients burst at once across two replicas against requests_per_minute: 20. The limit
+// holds within one request: at least 20 pass, and no more than 20 + 1 + what the allowance
+// earned back (one every 3 s) while the burst lasted.
+func TestRequestsPerMinuteHoldAcrossReplicasUnderABurst(t *testing.T) {
+	cases := []struct {
+		name  string
+		store func(t *testing.T) []string
+	}{
+		{"PostgreSQL", func(t *testing.T) []string {
+			return []string{"--limits-store", pgtest.New(t, "burst_test").URL}
+		}},
+		{"Redis (GCRA, go-redis/redis_rate)", func(t *testing.T) []string {
+			if err := redisUp(); err != nil {
+				if os.Getenv("CI") == "true" {
+					t.Fatalf("Redis required under CI: %v", err)
+				}
+				t.Skipf("no Redis: %v", err)
+			}
+			return []string{"--ratelimit-store", "redis://127.0.0.1:6379/0"}
+		}},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fake, upURL := fakeUpstream(t)
+			fake.SetResponder(func(*fakeapi.Request) fakeapi.Reply { return fakeapi.TextReply("ok") })
+			// A tenant name no earlier run used: Redis keeps the limiter's state for a minute.
+			tenant := fmt.Sprintf("burst-%d-%d-%d", os.Getpid(), time.Now().UnixNano(), i)
+			pols := capPolicies(t, tenant)
+			args := c.store(t)
+			var replicas []*binaries.Process
+			for j := range 2 {
+				replicas = append(replicas, startProxy(t, append([]string{"--upstream", upURL, "--policies", pols,
+					"--memory-dir", t.TempDir(), "--ledger", "file:" + filepath.Join(t.TempDir(), fmt.Sprintf("l%d.jsonl", j))}, args...)...))
+			}
+			var ok, limited atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for k := range 200 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					resp, body := post(t, replicas[k%2].Addr, burstKey, capBody)
+					switch {
+					case resp == nil:
+					case resp.StatusCode == 200:
+						ok.Add(1)
+					case resp.StatusCode == 429 && gjson.Get(body, "error.type").Str == "rate_limit_error" && resp.Header.Get("Retry-After") != "":
+						limited.Add(1)
+					default:
+						t.Errorf("%d %s", resp.StatusCode, body)
+					}
+				}()
+			}
+			began := time.Now()
+			close(start)
+			wg.Wait()
+			earned := int64(time.Since(began) / (3 * time.Second))
+			if ok.Load() < 20 || ok.Load() > 21+earned || ok.Load()+limited.Load() != 200 {
+				t.Errorf("admitted %d, limited %d of 200 in %s; want 20..%d admitted", ok.Load(), limited.Load(), time.Since(began), 21+earned)
+			}
+		})
+	}
+}
+
+func redisUp() error {
+	c, err := net.DialTimeout("tcp", "127.0.0.1:6379", 2*time.Second)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}

@@ -1,0 +1,56 @@
+package proxy
+
+import (
+	"net/http"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/ctxproxy/ctxproxy/limits"
+	"github.com/ctxproxy/ctxproxy/tokens"
+)
+
+// admit checks the request against its tenant's spend caps and per-minute limits (package
+// limits) before it goes upstream, and answers the refusal itself; it returns false then.
+// count_tokens is free and never limited.
+func (x *exchange) admit(body []byte) bool {
+	e, q := x.s.cfg.Limits, &x.req
+	if e == nil || q.pol == nil || !q.pol.Limits.Any() {
+		return true
+	}
+	l := &q.pol.Limits
+	req := limits.Request{Policy: q.pol, Model: q.model, BodyBytes: len(body),
+		User: limits.UserOf(l, q.keyID, x.r.Header, body)}
+	if l.Capped() {
+		// Only capped tenants pay for this walk of the body.
+		req.MaxTokens = gjson.GetBytes(body, "max_tokens").Int()
+	}
+	t, ref := e.Admit(x.r.Context(), req)
+	if ref != nil {
+		h := x.w.Header()
+		for k, v := range ref.Header {
+			h[k] = v
+		}
+		x.fail(ref.Status, ref.Type, ref.Message)
+		return false
+	}
+	q.ticket = t
+	return true
+}
+
+// capHeaders puts the tenant's cap on a response (anthropic-ratelimit-unified-*) and takes the
+// upstream's organisation-wide ratelimit headers off it, for capped tenants only.
+func (x *exchange) capHeaders(h http.Header) { x.req.ticket.Header(h) }
+
+// settle charges what the request cost (every upstream call of it, memory rounds included), or
+// releases its reservation when it cost nothing.
+func (x *exchange) settle() {
+	t := x.req.ticket
+	if t == nil {
+		return
+	}
+	if x.acct.usage == (tokens.Usage{}) {
+		t.Release(x.r.Context())
+		return
+	}
+	t.Settle(x.r.Context(), x.req.model, x.acct.usage)
+}
