@@ -298,6 +298,17 @@ type ccResult struct {
 // Code retries some errors for a long time), and kills whatever it started.
 func runClaude(ctx context.Context, t *testing.T, claude, baseURL string, extraEnv []string) (ccResult, string) {
 	t.Helper()
+	res, stderr, err := runClaudeExit(ctx, t, claude, baseURL, extraEnv)
+	if err != nil {
+		t.Fatalf("claude -p: %v\nresult: %+v\nstderr:\n%s", err, res, stderr)
+	}
+	return res, stderr
+}
+
+// runClaudeExit is runClaude for a session that may end in an error: it
+// returns the exit error beside the JSON result instead of failing on it.
+func runClaudeExit(ctx context.Context, t *testing.T, claude, baseURL string, extraEnv []string) (ccResult, string, error) {
+	t.Helper()
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(rctx, claude, "-p", "Run `echo hi` with Bash, remember that you did, then answer.",
@@ -322,14 +333,11 @@ func runClaude(ctx context.Context, t *testing.T, claude, baseURL string, extraE
 	if rctx.Err() != nil {
 		t.Fatalf("claude -p did not finish in time (a 401 or repeated errors make it retry): %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
-	if err != nil {
-		t.Fatalf("claude -p: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-	}
 	var res ccResult
-	if err := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &res); err != nil {
-		t.Fatalf("claude -p --output-format json: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	if jerr := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &res); jerr != nil {
+		t.Fatalf("claude -p --output-format json: %v (exit: %v)\nstdout:\n%s\nstderr:\n%s", jerr, err, stdout.String(), stderr.String())
 	}
-	return res, stderr.String()
+	return res, stderr.String(), err
 }
 
 // checkClient checks what Claude Code sent and received: Messages calls
