@@ -221,6 +221,9 @@ func (failingStore) Release(context.Context, string) error { return errDown }
 func (failingStore) Spent(context.Context, string, []Counter) ([]tokens.Money, error) {
 	return nil, errDown
 }
+func (failingStore) UserSpend(context.Context, string, string) (map[string]tokens.Money, error) {
+	return nil, errDown
+}
 func (failingStore) Name() string { return "down" }
 func (failingStore) Take(context.Context, string, int64, int64) (bool, time.Duration, error) {
 	return false, 0, errDown

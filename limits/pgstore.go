@@ -173,6 +173,30 @@ func (s *PGStore) Release(ctx context.Context, id string) error {
 	return nil
 }
 
+func (s *PGStore) UserSpend(ctx context.Context, tenant, bucket string) (map[string]tokens.Money, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `SELECT end_user, spent_nano FROM ctxproxy_spend
+		WHERE tenant = $1 AND bucket = $2 AND end_user <> '' ORDER BY end_user`, tenant, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("read user spend: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]tokens.Money{}
+	for rows.Next() {
+		var u string
+		var n int64
+		if err := rows.Scan(&u, &n); err != nil {
+			return nil, fmt.Errorf("read user spend: %w", err)
+		}
+		out[u] = tokens.Money(n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read user spend: %w", err)
+	}
+	return out, nil
+}
+
 func (s *PGStore) Spent(ctx context.Context, tenant string, cs []Counter) ([]tokens.Money, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()

@@ -40,6 +40,8 @@ type SpendStore interface {
 	Release(ctx context.Context, id string) error
 	// Spent reads the settled spend of each counter (0 for one never charged).
 	Spent(ctx context.Context, tenant string, cs []Counter) ([]tokens.Money, error)
+	// UserSpend reads the settled spend of every end user of tenant in bucket, for reports.
+	UserSpend(ctx context.Context, tenant, bucket string) (map[string]tokens.Money, error)
 	// Name says what the store is, for logs and the README's "which store" question.
 	Name() string
 }
@@ -127,6 +129,18 @@ func (m *MemoryStore) release(id string) {
 		}
 	}
 	delete(m.holdKeys, id)
+}
+
+func (m *MemoryStore) UserSpend(_ context.Context, tenant, bucket string) (map[string]tokens.Money, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]tokens.Money{}
+	for k, v := range m.spent {
+		if k.tenant == tenant && k.bucket == bucket && k.user != "" {
+			out[k.user] = v
+		}
+	}
+	return out, nil
 }
 
 func (m *MemoryStore) Spent(_ context.Context, tenant string, cs []Counter) ([]tokens.Money, error) {

@@ -57,7 +57,10 @@ func adminTokenFrom(r *http.Request) (string, bool) {
 // HandlerOption configures ReportHandler.
 type HandlerOption func(*handlerConfig)
 
-type handlerConfig struct{ log *zap.Logger }
+type handlerConfig struct {
+	log  *zap.Logger
+	caps CapsFunc // nil: the report has no caps
+}
 
 // WithLogger logs ledger failures of the handler to log.
 func WithLogger(log *zap.Logger) HandlerOption {
@@ -117,6 +120,13 @@ func NewReportHandler(l Ledger, opts ...HandlerOption) http.Handler {
 			log.Error("admin report failed", zap.Error(err))
 			writeAPIError(w, http.StatusInternalServerError, "api_error", "the ledger could not be read")
 			return
+		}
+		if cfg.caps != nil {
+			if rep.Caps, err = cfg.caps(r.Context(), f.Tenant); err != nil {
+				log.Error("admin report: caps failed", zap.Error(err))
+				writeAPIError(w, http.StatusInternalServerError, "api_error", "the limits store could not be read")
+				return
+			}
 		}
 		b, err := json.Marshal(rep)
 		if err != nil {

@@ -135,6 +135,9 @@ type Report struct {
 	Rows    []Row          `json:"rows"`    // by tenant, then model name or day
 	Tenants []TenantTotals `json:"tenants"` // by tenant name
 	Total   Totals         `json:"total"`
+	// Caps is spend against the tenants' caps in their current periods (from the limits store,
+	// when the report can reach it).
+	Caps []CapRow `json:"caps,omitempty"`
 }
 
 // BuildReport sums calls per tenant and model, or per tenant and UTC day, key id or user as
@@ -332,7 +335,7 @@ func WriteReportTable(w io.Writer, r Report) error {
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("write report: %w", err)
 	}
-	return nil
+	return WriteCapsTable(w, r.Caps)
 }
 
 // num renders n with thousands separators: 1234567 → 1,234,567.

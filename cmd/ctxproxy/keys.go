@@ -52,10 +52,11 @@ func openKeyring(ctx context.Context, cfg *config, log *zap.Logger) (_ *keys.Key
 // adminHandler is the operator API: /admin/report and /admin/keys, under
 // --admin-token (every tenant) or a tenant's operator token
 // (operator_tokens_sha256, its own tenant only).
-func adminHandler(cfg *config, ledger tokens.Ledger, ring *keys.Keyring, pols *policy.Store, log *zap.Logger) http.Handler {
+// caps is spend against the tenants' caps, for the report.
+func adminHandler(cfg *config, ledger tokens.Ledger, ring *keys.Keyring, pols *policy.Store, log *zap.Logger, caps tokens.CapsFunc) http.Handler {
 	return admin.New(admin.Config{
 		Auth:   adminAuth(cfg, pols),
-		Report: tokens.NewReportHandler(ledger, tokens.WithLogger(log)),
+		Report: tokens.NewReportHandler(ledger, tokens.WithLogger(log), tokens.WithCaps(caps)),
 		Keys:   ring,
 		Tenant: func(name string) (bool, bool) {
 			p := pols.Current().Tenant(name)

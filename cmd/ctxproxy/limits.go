@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/ctxproxy/ctxproxy/limits"
+	"github.com/ctxproxy/ctxproxy/policy"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
@@ -78,4 +81,32 @@ func openRateStore(ctx context.Context, spec string, pg *limits.PGStore, closers
 		return s.Rate(), nil
 	}
 	return nil, fmt.Errorf("--ratelimit-store %q: want memory, a redis:// or a postgres:// URL", spec)
+}
+
+// reportCaps is spend against caps for `ctxproxy report`, read from the limits store when it is
+// PostgreSQL. Counters in a serving process's memory are not reachable from here: it says so
+// (when a tenant has caps) and /admin/report of that process shows them.
+func reportCaps(ctx context.Context, cfg *config, tenant string, stderr io.Writer) ([]tokens.CapRow, error) {
+	set, err := policy.LoadDir(cfg.Policies)
+	if err != nil {
+		return nil, fmt.Errorf("--policies: %w", err)
+	}
+	capped := false
+	for _, p := range set.Tenants() {
+		capped = capped || ((tenant == "" || p.Tenant == tenant) && p.Limits.Capped())
+	}
+	if !capped {
+		return nil, nil
+	}
+	u := limitsStoreURL(cfg)
+	if !isPostgresURL(u) {
+		fmt.Fprintln(stderr, "ctxproxy report: spend counters are in the serving process's memory (no PostgreSQL --limits-store or --ledger): see its /admin/report")
+		return nil, nil
+	}
+	st, err := limits.OpenPGStore(ctx, u)
+	if err != nil {
+		return nil, fmt.Errorf("--limits-store: %w", err)
+	}
+	defer st.Close()
+	return limits.Caps(ctx, st, set, tenant, time.Now())
 }

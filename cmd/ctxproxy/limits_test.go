@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
 	"github.com/ctxproxy/ctxproxy/internal/pgtest"
 	"github.com/ctxproxy/ctxproxy/internal/stack"
+	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
 // capPrices prices model m at $1 per million input tokens and $10 per million output tokens:
@@ -85,7 +87,7 @@ func TestSpendCapExactAcrossTwoReplicas(t *testing.T) {
 	var replicas []*binaries.Process
 	for i := range 2 {
 		replicas = append(replicas, startProxy(t, "--upstream", upURL, "--policies", pols, "--memory-dir", t.TempDir(),
-			"--ledger", "file:"+filepath.Join(t.TempDir(), fmt.Sprintf("l%d.jsonl", i)), "--limits-store", db.URL))
+			"--ledger", "file:"+filepath.Join(t.TempDir(), fmt.Sprintf("l%d.jsonl", i)), "--limits-store", db.URL, "--admin-token", "adm"))
 	}
 	day := time.Now().UTC().Format("2006-01-02")
 	db.Exec(t, `INSERT INTO ctxproxy_spend (tenant, end_user, bucket, spent_nano) VALUES ('capped', '', $1, 990000000)`, day)
@@ -167,6 +169,38 @@ func TestSpendCapExactAcrossTwoReplicas(t *testing.T) {
 		for k, v := range map[string]string{"Status": "rejected", "Overage-Period": "daily", "Overage-Disabled-Reason": "org_spend_cap_reached"} {
 			if got := resp.Header.Get("Anthropic-Ratelimit-Unified-" + k); got != v {
 				t.Errorf("anthropic-ratelimit-unified-%s = %q, want %q", strings.ToLower(k), got, v)
+			}
+		}
+	})
+
+	t.Run("ctxproxy report and /admin/report show spend against the caps", func(t *testing.T) {
+		out, err := exec.Command(binary(t), "report", "--json", "--ledger", "file:"+filepath.Join(t.TempDir(), "none.jsonl"),
+			"--policies", pols, "--limits-store", db.URL).CombinedOutput()
+		if err != nil {
+			t.Fatalf("report: %v\n%s", err, out)
+		}
+		req, _ := http.NewRequest(http.MethodGet, "http://"+replicas[0].Addr+"/admin/report?tenant=capped", nil)
+		req.Header.Set("Authorization", "Bearer adm")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		admin, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		month := time.Now().UTC().Format("2006-01")
+		for name, doc := range map[string]string{"ctxproxy report --json": string(out), "/admin/report": string(admin)} {
+			caps := gjson.Get(doc, "caps").Array()
+			if len(caps) != 2 {
+				t.Errorf("%s: caps = %s", name, gjson.Get(doc, "caps").Raw)
+				continue
+			}
+			if c := caps[0]; c.Get("tenant").Str != "capped" || c.Get("period").Str != "daily" || c.Get("bucket").Str != day ||
+				c.Get("spent_usd").Raw != "1.00" || c.Get("cap_usd").Raw != "1.00" || c.Get("utilization").Float() != 1 {
+				t.Errorf("%s: daily row %s", name, c.Raw)
+			}
+			// The monthly counter got only what the requests settled: the seed went to the daily one.
+			if c := caps[1]; c.Get("period").Str != "monthly" || c.Get("bucket").Str != month || c.Get("spent_usd").Raw != tokens.Money(want*60_000).String() {
+				t.Errorf("%s: monthly row %s", name, c.Raw)
 			}
 		}
 	})

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/ctxproxy/ctxproxy/limits"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/ctxproxy/ctxproxy/policy"
 	"github.com/ctxproxy/ctxproxy/proxy"
@@ -176,7 +177,9 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		Recorder:           rec,
 		Metrics:            metrics,
 		Tracer:             tracer,
-		Admin:              adminHandler(cfg, ledger, ring, pols, log),
+		Admin:              adminHandler(cfg, ledger, ring, pols, log, func(ctx context.Context, tenant string) ([]tokens.CapRow, error) {
+			return limits.Caps(ctx, lim.Store(), pols.Current(), tenant, time.Now())
+		}),
 		Console:            consoleHandler(cfg, consoleParts{mem: mem, audit: audit, ledger: ledger, ring: ring, pols: pols, metrics: metrics}, log),
 		Keys:               ring,
 		Limits:             lim,
