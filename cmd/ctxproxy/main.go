@@ -162,6 +162,9 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		return err
 	}
 	defer closeLimits()
+	capsOf := func(ctx context.Context, tenant string) ([]tokens.CapRow, error) {
+		return limits.Caps(ctx, lim.Store(), pols.Current(), tenant, time.Now())
+	}
 
 	memAPI, audit, stopMemAPI, err := memoryOperatorAPI(ctx, cfg, mem, pols, log)
 	if err != nil {
@@ -177,9 +180,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		Recorder:           rec,
 		Metrics:            metrics,
 		Tracer:             tracer,
-		Admin:              adminHandler(cfg, ledger, ring, pols, log, func(ctx context.Context, tenant string) ([]tokens.CapRow, error) {
-			return limits.Caps(ctx, lim.Store(), pols.Current(), tenant, time.Now())
-		}),
+		Admin:              adminHandler(cfg, ledger, ring, pols, log, capsOf),
 		Console:            consoleHandler(cfg, consoleParts{mem: mem, audit: audit, ledger: ledger, ring: ring, pols: pols, metrics: metrics}, log),
 		Keys:               ring,
 		Limits:             lim,
