@@ -82,7 +82,7 @@ func main() {
 	flag.DurationVar(&c.longDur, "long-duration", 5*time.Minute, "length of the -long run")
 	flag.StringVar(&c.out, "out", "", "also write the markdown to this file")
 	flag.StringVar(&c.pprofDir, "pprof", "", "save CPU and alloc profiles of the proxy processes into this folder")
-	flag.StringVar(&c.rows, "rows", "", "comma-separated row ids to run (default all: 1,2,3,4,5,4i)")
+	flag.StringVar(&c.rows, "rows", "", "comma-separated row ids to run (default all but the opt-in 4cp and 4cr, which need PostgreSQL and Redis: 1,1r,2,3,4,5,4i,4c)")
 	flag.StringVar(&c.loads, "loads", "", "comma-separated loads to run (default all: small,large,streams)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work folder (logs, ledgers, policies)")
 	flag.IntVar(&c.repeat, "repeat", 1, "run every load this many times, rows interleaved, and report each cell's median run (the machine is shared)")
@@ -116,7 +116,33 @@ const (
 	keyOff     = "sk-ant-bench-policy-off"
 	keyEnforce = "sk-ant-bench-enforce"
 	keyMemory  = "sk-ant-bench-memory-proxy"
+	keyLimited = "sk-ant-bench-limited"
 )
+
+// limitsPolicy gives row 4's tenant spend caps and per-minute limits far above what a run
+// spends, so every request is checked, held and settled and none is refused.
+const limitsPolicy = `limits:
+  spend: [{ period: daily, usd: 1000000000 }, { period: monthly, usd: 1000000000 }]
+  per_user_spend: [{ period: daily, usd: 1000000000 }]
+  requests_per_minute: 1000000000
+  input_tokens_per_minute: 1000000000
+`
+
+// benchPG and benchRedis are the stores of the opt-in rows 4cp and 4cr (CTXPROXY_BENCH_PG,
+// CTXPROXY_BENCH_REDIS override them).
+func benchPG() string {
+	if u := os.Getenv("CTXPROXY_BENCH_PG"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+}
+
+func benchRedis() string {
+	if u := os.Getenv("CTXPROXY_BENCH_REDIS"); u != "" {
+		return u
+	}
+	return "redis://127.0.0.1:6379/0"
+}
 
 func sha(s string) string {
 	h := sha256.Sum256([]byte(s))
@@ -142,6 +168,8 @@ func benchPolicies() map[string]string {
 			"memory:\n  mode: inject\n",
 		"memory.yaml": "tenant: memory\napi_keys_sha256: [\"" + sha(keyMemory) + "\"]\n" + cmEdits +
 			"memory:\n  mode: proxy\n  max_iterations: 10\n",
+		"limited.yaml": "tenant: limited\napi_keys_sha256: [\"" + sha(keyLimited) + "\"]\n" + cmEdits +
+			"memory:\n  mode: inject\n" + limitsPolicy,
 	}
 }
 
@@ -155,6 +183,8 @@ type rowSpec struct {
 	// rewritten: send the body and headers as row 4's policy rewrites them
 	// (the upstream's own share of row 4's cost).
 	rewritten bool
+	args      []string // more ctxproxy flags
+	optIn     bool     // run only when -rows names it (it needs a service)
 }
 
 var allRows = []rowSpec{
@@ -165,6 +195,14 @@ var allRows = []rowSpec{
 	{id: "4", name: "ctxproxy, enforce edits + inject memory tool", kind: "ctxproxy", key: keyEnforce},
 	{id: "5", name: "ctxproxy, memory proxy (1 memory call/request)", kind: "ctxproxy", key: keyMemory, memory: true},
 	{id: "4i", name: "ctxproxy as 4, --log-level=info", kind: "ctxproxy", key: keyEnforce, logLevel: "info", loads: []string{"small"}},
+	// Enforcement cost (issue 16): row 4 plus spend caps (tenant and per-user) and per-minute
+	// limits on every request, with the counters in each store.
+	{id: "4c", name: "ctxproxy as 4 + caps and rate limits, in memory", kind: "ctxproxy", key: keyLimited, loads: []string{"small"},
+		args: []string{"--limits-store", "memory"}},
+	{id: "4cp", name: "ctxproxy as 4c, counters and limiter in PostgreSQL", kind: "ctxproxy", key: keyLimited, loads: []string{"small"},
+		optIn: true, args: []string{"--limits-store", "PG"}},
+	{id: "4cr", name: "ctxproxy as 4cp, limiter in Redis", kind: "ctxproxy", key: keyLimited, loads: []string{"small"},
+		optIn: true, args: []string{"--limits-store", "PG", "--ratelimit-store", "REDIS"}},
 }
 
 var allLoads = []string{"small", "large", "streams"}
@@ -298,7 +336,13 @@ func median(cs []*cell) *cell {
 
 func pick(rows []rowSpec, ids string) []rowSpec {
 	if ids == "" {
-		return rows
+		var out []rowSpec
+		for _, r := range rows {
+			if !r.optIn {
+				out = append(out, r)
+			}
+		}
+		return out
 	}
 	var out []rowSpec
 	for _, id := range strings.Split(ids, ",") {
@@ -341,9 +385,10 @@ func (r *runner) servers(row rowSpec, tag string) (fake, srv *child, err error) 
 		if lvl == "" {
 			lvl = "warn"
 		}
-		srv, err = startCtxproxy(r.work, tag+"-ctxproxy", r.bin, "--upstream", fake.url(), "--policies", r.polDir,
-			"--memory-dir", filepath.Join(dir, "memories"), "--ledger", "file:"+filepath.Join(dir, "ledger.jsonl"),
-			"--log-level", lvl, "--shutdown-grace", "3s")
+		args := append([]string{"--upstream", fake.url(), "--policies", r.polDir,
+			"--memory-dir", filepath.Join(dir, "memories"), "--ledger", "file:" + filepath.Join(dir, "ledger.jsonl"),
+			"--log-level", lvl, "--shutdown-grace", "3s"}, rowArgs(row.args)...)
+		srv, err = startCtxproxy(r.work, tag+"-ctxproxy", r.bin, args...)
 	}
 	if err != nil {
 		fake.stop()
@@ -616,4 +661,19 @@ func (r *runner) rewritten(body []byte) ([]byte, string, error) {
 		return nil, "", err
 	}
 	return out, h.Get("Anthropic-Beta"), nil
+}
+
+// rowArgs puts the bench's store URLs in place of PG and REDIS.
+func rowArgs(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		switch a {
+		case "PG":
+			a = benchPG()
+		case "REDIS":
+			a = benchRedis()
+		}
+		out[i] = a
+	}
+	return out
 }

@@ -26,12 +26,24 @@ const testPrices = `models:
 
 func parsePolicy(t *testing.T, yaml string) *policy.Policy {
 	t.Helper()
-	p, err := policy.Parse("acme.yaml", []byte("tenant: acme\n"+yaml))
+	p, err := parsePolicyB(t, yaml)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p
 }
+
+func parsePolicyB(_ testing.TB, yaml string) (*policy.Policy, error) {
+	return policy.Parse("acme.yaml", []byte("tenant: acme\n"+yaml))
+}
+
+// limitsYAML is every kind of limit, far above what a test or benchmark spends.
+const limitsYAML = `limits:
+  spend: [{period: daily, usd: 1000000}, {period: monthly, usd: 1000000}]
+  per_user_spend: [{period: daily, usd: 1000000}]
+  requests_per_minute: 1000000000
+  input_tokens_per_minute: 1000000000
+`
 
 type rig struct {
 	e     *Enforcer

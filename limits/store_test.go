@@ -18,7 +18,7 @@ func stores(t *testing.T, fn func(t *testing.T, s SpendStore)) {
 	t.Run("postgres", func(t *testing.T) { fn(t, openPG(t)) })
 }
 
-func openPG(t *testing.T) *PGStore {
+func openPG(t testing.TB) *PGStore {
 	t.Helper()
 	db := pgtest.New(t, "limits_test")
 	s, err := OpenPGStore(t.Context(), db.URL)
@@ -132,7 +132,7 @@ func rates(t *testing.T, fn func(t *testing.T, r RateStore, prefix string)) {
 	t.Run("redis", func(t *testing.T) { fn(t, openRedis(t), prefix) })
 }
 
-func openRedis(t *testing.T) *RedisRate {
+func openRedis(t testing.TB) *RedisRate {
 	t.Helper()
 	url := os.Getenv("CTXPROXY_TEST_REDIS")
 	if url == "" {

@@ -65,7 +65,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	until := fs.String("until", "", "up to this time (RFC 3339 or YYYY-MM-DD)")
 	groupBy := fs.String("group-by", "model", "model, day, key (key id) or user")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	policies := fs.String("policies", envOr(getenv, "CTXPROXY_POLICIES", "./policies"), "policy folder, for spend against caps (env CTXPROXY_POLICIES)")
+	policies := fs.String("policies", envOr(getenv, "CTXPROXY_POLICIES", ""), "policy folder, for spend against caps (env CTXPROXY_POLICIES; default ./policies when it exists)")
 	limitsStore := fs.String("limits-store", envOr(getenv, "CTXPROXY_LIMITS_STORE", ""), "spend counters: a postgres:// URL (default: --ledger when it is one) (env CTXPROXY_LIMITS_STORE)")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -83,11 +84,21 @@ func openRateStore(ctx context.Context, spec string, pg *limits.PGStore, closers
 	return nil, fmt.Errorf("--ratelimit-store %q: want memory, a redis:// or a postgres:// URL", spec)
 }
 
+const defaultPolicies = "./policies"
+
 // reportCaps is spend against caps for `ctxproxy report`, read from the limits store when it is
 // PostgreSQL. Counters in a serving process's memory are not reachable from here: it says so
 // (when a tenant has caps) and /admin/report of that process shows them.
 func reportCaps(ctx context.Context, cfg *config, tenant string, stderr io.Writer) ([]tokens.CapRow, error) {
-	set, err := policy.LoadDir(cfg.Policies)
+	dir := cfg.Policies
+	if dir == "" {
+		// Not asked for: the caps are shown when the default folder is there.
+		if _, err := os.Stat(defaultPolicies); err != nil {
+			return nil, nil
+		}
+		dir = defaultPolicies
+	}
+	set, err := policy.LoadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("--policies: %w", err)
 	}
