@@ -92,6 +92,64 @@ var PGSchema = pgmigrate.Schema{Name: "limits", Versions: [][]string{
 			tat_ns bigint NOT NULL
 		)`,
 	},
+	{
+		// Version 2: holds and the limiter commit without waiting for the WAL flush (one fsync
+		// per request, the settle's, instead of four).
+		`CREATE OR REPLACE FUNCTION ctxproxy_spend_reserve(p_id text, p_tenant text, p_users text[], p_buckets text[],
+				p_caps bigint[], p_amount bigint, p_ttl_ms bigint)
+			RETURNS TABLE (refused int, spent bigint[], held bigint[]) LANGUAGE plpgsql AS $$
+		DECLARE
+			i int;
+			s bigint;
+			h bigint;
+			bad int := 0;
+		BEGIN
+			-- A hold lost to a database crash is harmless (it would expire anyway): its commit
+			-- need not wait for the WAL flush. Settles, which are money, still do.
+			SET LOCAL synchronous_commit = off;
+			spent := '{}';
+			held := '{}';
+			FOR i IN 1 .. coalesce(array_length(p_buckets, 1), 0) LOOP
+				INSERT INTO ctxproxy_spend AS c (tenant, end_user, bucket) VALUES (p_tenant, p_users[i], p_buckets[i])
+					ON CONFLICT (tenant, end_user, bucket) DO UPDATE SET spent_nano = c.spent_nano
+					RETURNING c.spent_nano INTO s;
+				DELETE FROM ctxproxy_spend_holds x WHERE x.tenant = p_tenant AND x.end_user = p_users[i]
+					AND x.bucket = p_buckets[i] AND x.expires_at <= clock_timestamp();
+				SELECT coalesce(sum(x.amount_nano), 0) INTO h FROM ctxproxy_spend_holds x
+					WHERE x.tenant = p_tenant AND x.end_user = p_users[i] AND x.bucket = p_buckets[i];
+				spent := spent || s;
+				held := held || h;
+				IF bad = 0 AND s + h + p_amount > p_caps[i] THEN
+					bad := i;
+				END IF;
+			END LOOP;
+			IF bad = 0 THEN
+				INSERT INTO ctxproxy_spend_holds (id, tenant, end_user, bucket, amount_nano, expires_at)
+					SELECT p_id, p_tenant, u, b, p_amount, clock_timestamp() + p_ttl_ms * interval '1 millisecond'
+					FROM unnest(p_users, p_buckets) AS t(u, b);
+			END IF;
+			refused := bad - 1;
+			RETURN NEXT;
+		END $$`,
+		`CREATE FUNCTION ctxproxy_rate_take(p_key text, p_inc bigint, p_period bigint)
+			RETURNS bigint LANGUAGE plpgsql AS $$
+		DECLARE
+			now_ns bigint := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint * 1000;
+			tat bigint;
+		BEGIN
+			-- Limiter state is disposable: losing the last few ms of it to a crash costs nothing.
+			SET LOCAL synchronous_commit = off;
+			INSERT INTO ctxproxy_rate AS r (key, tat_ns) VALUES (p_key, now_ns + p_inc)
+				ON CONFLICT (key) DO UPDATE SET tat_ns = greatest(r.tat_ns, now_ns) + p_inc
+				WHERE greatest(r.tat_ns, now_ns) + p_inc - now_ns <= p_period
+				RETURNING r.tat_ns INTO tat;
+			IF FOUND THEN
+				RETURN 0; -- admitted
+			END IF;
+			SELECT r.tat_ns + p_inc - now_ns - p_period INTO tat FROM ctxproxy_rate r WHERE r.key = p_key;
+			RETURN greatest(tat, 1); -- refused: nanoseconds until it fits
+		END $$`,
+	},
 }}
 
 // OpenPGStore connects to url and brings the schema up to date.

@@ -2,14 +2,12 @@ package limits
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/bits"
 	"sync"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
-	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -78,23 +76,12 @@ func (p *PGRate) Take(ctx context.Context, key string, perMinute, cost int64) (b
 	ctx, cancel := context.WithTimeout(ctx, p.s.timeout)
 	defer cancel()
 	inc, period := increment(perMinute, min(cost, perMinute)), int64(minute)
-	// EXCLUDED.tat_ns is now + inc, so greatest(...) is max(tat, now) + inc.
-	var tat int64
-	err := p.s.pool.QueryRow(ctx, `INSERT INTO ctxproxy_rate AS r (key, tat_ns)
-		VALUES ($1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint * 1000 + $2)
-		ON CONFLICT (key) DO UPDATE SET tat_ns = greatest(r.tat_ns + $2, EXCLUDED.tat_ns)
-		WHERE greatest(r.tat_ns + $2, EXCLUDED.tat_ns) - (EXCLUDED.tat_ns - $2) <= $3
-		RETURNING tat_ns`, key, inc, period).Scan(&tat)
-	if err == nil {
-		return true, 0, nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return false, 0, fmt.Errorf("rate limit: %w", err)
-	}
 	var over int64
-	if err := p.s.pool.QueryRow(ctx, `SELECT tat_ns + $2 - (extract(epoch FROM clock_timestamp()) * 1000000)::bigint * 1000 - $3
-		FROM ctxproxy_rate WHERE key = $1`, key, inc, period).Scan(&over); err != nil {
+	if err := p.s.pool.QueryRow(ctx, `SELECT ctxproxy_rate_take($1, $2, $3)`, key, inc, period).Scan(&over); err != nil {
 		return false, 0, fmt.Errorf("rate limit: %w", err)
+	}
+	if over == 0 {
+		return true, 0, nil
 	}
 	return false, time.Duration(max(over, int64(time.Millisecond))), nil
 }
