@@ -37,8 +37,15 @@ type Config struct {
 
 // Enforcer admits, settles and releases requests against their tenant's limits.
 type Enforcer struct {
-	cfg      Config
-	fallback tokens.Price // for models without a price: the dearest in the table
+	cfg    Config
+	prices atomic.Pointer[priceTable] // swapped whole when the prices reload
+}
+
+// priceTable is the prices in force and the price of models without one: the dearest in the
+// table, so a cap holds for a model nobody priced.
+type priceTable struct {
+	prices   *tokens.Prices
+	fallback tokens.Price
 }
 
 // New builds an Enforcer.
@@ -53,13 +60,20 @@ func New(cfg Config) *Enforcer {
 		cfg.Now = time.Now
 	}
 	e := &Enforcer{cfg: cfg}
-	for _, pe := range cfg.Prices.Entries() {
-		p := pe.Price
-		e.fallback.Input = max(e.fallback.Input, p.Input, p.CacheWrite, p.CacheWrite1h)
-		e.fallback.Output = max(e.fallback.Output, p.Output)
-	}
-	e.fallback.CacheWrite, e.fallback.CacheWrite1h, e.fallback.CacheRead = e.fallback.Input, e.fallback.Input, e.fallback.Input
+	e.SetPrices(cfg.Prices)
 	return e
+}
+
+// SetPrices puts a reloaded price table in force for the requests admitted from now on.
+func (e *Enforcer) SetPrices(p *tokens.Prices) {
+	t := &priceTable{prices: p}
+	for _, pe := range p.Entries() {
+		pr := pe.Price
+		t.fallback.Input = max(t.fallback.Input, pr.Input, pr.CacheWrite, pr.CacheWrite1h)
+		t.fallback.Output = max(t.fallback.Output, pr.Output)
+	}
+	t.fallback.CacheWrite, t.fallback.CacheWrite1h, t.fallback.CacheRead = t.fallback.Input, t.fallback.Input, t.fallback.Input
+	e.prices.Store(t)
 }
 
 // SpendStoreName and RateStoreName say which stores are in use, for the start-up log line.
@@ -177,10 +191,11 @@ func counters(l *policy.Limits, user string, now time.Time) ([]Counter, []standi
 }
 
 func (e *Enforcer) price(model string) tokens.Price {
-	if pe, ok := e.cfg.Prices.Lookup(model); ok {
+	t := e.prices.Load()
+	if pe, ok := t.prices.Lookup(model); ok {
 		return pe.Price
 	}
-	return e.fallback
+	return t.fallback
 }
 
 func newID() string {
@@ -221,7 +236,7 @@ func (t *Ticket) Settle(ctx context.Context, model string, u tokens.Usage) {
 		return
 	}
 	price := t.price
-	if pe, ok := t.e.cfg.Prices.Lookup(model); ok {
+	if pe, ok := t.e.prices.Load().prices.Lookup(model); ok {
 		price = pe.Price
 	}
 	cost := price.Cost(u)

@@ -200,7 +200,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		if err == nil {
 			metrics.SetTenants(tenantNames(pols.Current()))
 		}
-		reloadPrices(rec, pricesPath, pricesRequired, log)
+		reloadPrices(rec, lim, pricesPath, pricesRequired, log)
 	})
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -290,7 +290,7 @@ func pricesFile(cfg *config) (path string, required bool) {
 
 // reloadPrices loads the price table again; one that fails to load is
 // refused with a log line and the last good table stays in force.
-func reloadPrices(rec *tokens.Recorder, path string, required bool, log *zap.Logger) {
+func reloadPrices(rec *tokens.Recorder, lim *limits.Enforcer, path string, required bool, log *zap.Logger) {
 	tab, err := tokens.OpenPrices(path, required)
 	if err != nil {
 		// The file's base name only: logs carry no host paths.
@@ -299,6 +299,7 @@ func reloadPrices(rec *tokens.Recorder, path string, required bool, log *zap.Log
 		return
 	}
 	rec.SetPrices(tab.Prices)
+	lim.SetPrices(tab.Prices)
 	log.Info("prices reloaded", zap.String("table", tab.Describe(filepath.Base(path))))
 }
 
