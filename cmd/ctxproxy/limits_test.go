@@ -278,3 +278,72 @@ func redisUp() error {
 	}
 	return c.Close()
 }
+
+// The counter store goes away under a running proxy: a tenant with on_store_error: open is served
+// unchecked, one with closed gets 429 billing_error (fetch_error); when the database is back both
+// are checked again and the spend of requests served from then on is counted once.
+func TestLimitsStoreOutage(t *testing.T) {
+	db := pgtest.New(t, "limits_outage_test")
+	fwd := pgtest.NewForwarder(t, "127.0.0.1:5432")
+	url, ok := fwd.URL(db.URL)
+	if !ok {
+		t.Skip("CTXPROXY_TEST_PG does not point at 127.0.0.1:5432")
+	}
+	const openKey, closedKey = "sk-ant-limits-open", "sk-ant-limits-closed"
+	dir, _, err := stack.Layout(t.TempDir(), map[string]string{
+		"open.yaml":   stack.TenantPolicy("open", openKey, "limits:\n  spend: [{period: daily, usd: 10}]\n  on_store_error: open\n"),
+		"closed.yaml": stack.TenantPolicy("closed", closedKey, "limits:\n  spend: [{period: daily, usd: 10}]\n  on_store_error: closed\n"),
+		"prices.yaml": capPrices,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake, upURL := fakeUpstream(t)
+	fake.SetResponder(func(*fakeapi.Request) fakeapi.Reply {
+		r := fakeapi.TextReply("ok")
+		r.Usage = &fakeapi.Usage{InputTokens: 10, OutputTokens: 5}
+		return r
+	})
+	p := startProxy(t, "--upstream", upURL, "--policies", dir, "--memory-dir", t.TempDir(),
+		"--ledger", "file:"+filepath.Join(t.TempDir(), "l.jsonl"), "--limits-store", url)
+	day := time.Now().UTC().Format("2006-01-02")
+	spent := func(tenant string) int64 {
+		return db.QueryInt(t, `SELECT coalesce(sum(spent_nano), 0) FROM ctxproxy_spend WHERE tenant = $1 AND bucket = $2`, tenant, day)
+	}
+
+	fwd.Set("down")
+	if resp, body := post(t, p.Addr, openKey, capBody); resp.StatusCode != 200 {
+		t.Errorf("open tenant during the outage: %d %s", resp.StatusCode, body)
+	}
+	resp, body := post(t, p.Addr, closedKey, capBody)
+	if resp.StatusCode != 429 || gjson.Get(body, "error.type").Str != "billing_error" ||
+		resp.Header.Get("Anthropic-Ratelimit-Unified-Overage-Disabled-Reason") != "fetch_error" {
+		t.Errorf("closed tenant during the outage: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	// Log lines are flushed each second.
+	within(t, 30*time.Second, "the unchecked request logged with its tenant", func() {
+		for !strings.Contains(p.Log(), `"msg":"limits store unreachable","tenant":"open"`) {
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+
+	fwd.Set("up")
+	within(t, 30*time.Second, "the closed tenant served again", func() {
+		for {
+			if resp, _ := post(t, p.Addr, closedKey, capBody); resp != nil && resp.StatusCode == 200 {
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+	before := spent("open")
+	if resp, body := post(t, p.Addr, openKey, capBody); resp.StatusCode != 200 {
+		t.Fatalf("open tenant after the outage: %d %s", resp.StatusCode, body)
+	}
+	if got := spent("open") - before; got != 60_000 {
+		t.Errorf("a request after the outage added %d nano-USD, want its 60000 once", got)
+	}
+	if got := spent("closed"); got != 60_000 {
+		t.Errorf("the closed tenant's spend = %d, want the one request served after the outage", got)
+	}
+}
