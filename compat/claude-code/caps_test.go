@@ -3,7 +3,6 @@ package claudecode_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,13 +26,9 @@ func TestClaudeCodeAtItsSpendCap(t *testing.T) {
 	claude := installClaudeCode(ctx, t, npm)
 	ctxproxyBin, fakeBin := buildBinaries(ctx, t)
 	root := t.TempDir()
-	prices, err := os.ReadFile("../../policies/prices.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The built-in price table: claude-sonnet-4-5 at $3 per million input tokens.
 	polDir, memDir, err := stack.Layout(root, map[string]string{
 		"cc-capped.yaml": stack.TenantPolicy("cc-capped", keyCapped, "limits:\n  spend: [{period: daily, usd: 1}]\n"),
-		"prices.yaml":    string(prices),
 	})
 	if err != nil {
 		t.Fatal(err)
