@@ -39,8 +39,11 @@ func (e *Enforcer) checkRate(ctx context.Context, tenant string, l *policy.Limit
 		if c.limit <= 0 {
 			continue
 		}
-		// {tenant} is a Redis Cluster hash tag: one tenant's keys live on one shard.
-		ok, retry, err := e.cfg.Rate.Take(ctx, "ctxproxy:{"+tenant+"}:"+c.name, c.limit, max(c.cost, 1))
+		// {tenant} is a Redis Cluster hash tag: one tenant's keys live on one shard. The limit is
+		// part of the key, so a reload that changes it starts the new limit with a full
+		// allowance instead of draining the old limit's state first.
+		key := "ctxproxy:{" + tenant + "}:" + c.name + ":" + strconv.FormatInt(c.limit, 10)
+		ok, retry, err := e.cfg.Rate.Take(ctx, key, c.limit, max(c.cost, 1))
 		if err != nil {
 			pol := &policy.Policy{Tenant: tenant, Limits: *l}
 			if ref := e.storeError(pol, c.name, err); ref != nil {

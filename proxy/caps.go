@@ -9,10 +9,10 @@ import (
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
-// admit checks the request against its tenant's spend caps and per-minute limits (package
+// checkLimits checks the request against its tenant's spend caps and per-minute limits (package
 // limits) before it goes upstream, and answers the refusal itself; it returns false then.
 // count_tokens is free and never limited.
-func (x *exchange) admit(body []byte) bool {
+func (x *exchange) checkLimits(body []byte) bool {
 	e, q := x.s.cfg.Limits, &x.req
 	if e == nil || q.pol == nil || !q.pol.Limits.Any() {
 		return true

@@ -105,7 +105,7 @@ func (x *exchange) readAndRewrite(ep endpoint) bool {
 	// Rewrite read model and stream in its validating pass; a gjson lookup
 	// of an absent "stream" would walk the whole body once more.
 	q.parts, q.info, q.model, q.stream = parts, info, info.Model, info.Stream
-	if ep == epMessages && !x.admit(body) {
+	if ep == epMessages && !x.checkLimits(body) {
 		return false
 	}
 	if q.memory {

@@ -347,3 +347,39 @@ func TestLimitsStoreOutage(t *testing.T) {
 		t.Errorf("the closed tenant's spend = %d, want the one request served after the outage", got)
 	}
 }
+
+// A policy edit changes a running proxy's limits: a cap too small for any request refuses, the
+// raised cap admits, and the change is in the audit log.
+func TestLimitsChangeOnReload(t *testing.T) {
+	fake, upURL := fakeUpstream(t)
+	fake.SetResponder(func(*fakeapi.Request) fakeapi.Reply { return fakeapi.TextReply("ok") })
+	dir, _, err := stack.Layout(t.TempDir(), map[string]string{
+		"capped.yaml": stack.TenantPolicy("capped", capKey, "limits:\n  spend: [{period: daily, usd: 0.000001}]\n"),
+		"prices.yaml": capPrices,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, "--upstream", upURL, "--policies", dir, "--memory-dir", t.TempDir(),
+		"--ledger", "file:"+filepath.Join(t.TempDir(), "l.jsonl"))
+	if resp, body := post(t, p.Addr, capKey, capBody); resp.StatusCode != 429 || gjson.Get(body, "error.type").Str != "billing_error" {
+		t.Fatalf("under a $0.000001 cap: %d %s", resp.StatusCode, body)
+	}
+	policy := stack.TenantPolicy("capped", capKey, "limits:\n  spend: [{period: daily, usd: 1}]\n")
+	if err := os.WriteFile(filepath.Join(dir, "capped.yaml"), []byte(policy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 30*time.Second, "the raised cap in force", func() {
+		for {
+			if resp, _ := post(t, p.Addr, capKey, capBody); resp != nil && resp.StatusCode == 200 {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	within(t, 30*time.Second, "the audit line", func() {
+		for !strings.Contains(p.Log(), `"msg":"limits changed","audit":"limits","tenant":"capped","before":"daily $0.000001`) {
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+}
