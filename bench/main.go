@@ -82,7 +82,7 @@ func main() {
 	flag.DurationVar(&c.longDur, "long-duration", 5*time.Minute, "length of the -long run")
 	flag.StringVar(&c.out, "out", "", "also write the markdown to this file")
 	flag.StringVar(&c.pprofDir, "pprof", "", "save CPU and alloc profiles of the proxy processes into this folder")
-	flag.StringVar(&c.rows, "rows", "", "comma-separated row ids to run (default all but the opt-in 4cp and 4cr, which need PostgreSQL and Redis: 1,1r,2,3,4,5,4i,4c)")
+	flag.StringVar(&c.rows, "rows", "", "comma-separated row ids to run (default all but the opt-in 4cp and 4cr, which need PostgreSQL and Redis: 1,1r,2,2p,3,4,5,4i,4c)")
 	flag.StringVar(&c.loads, "loads", "", "comma-separated loads to run (default all: small,large,streams)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work folder (logs, ledgers, policies)")
 	flag.IntVar(&c.repeat, "repeat", 1, "run every load this many times, rows interleaved, and report each cell's median run (the machine is shared)")
@@ -176,6 +176,7 @@ func benchPolicies() map[string]string {
 type rowSpec struct {
 	id, name string
 	kind     string // direct | bare | ctxproxy
+	pool     bool   // bare: with a BufferPool
 	key      string
 	memory   bool
 	logLevel string
@@ -190,7 +191,8 @@ type rowSpec struct {
 var allRows = []rowSpec{
 	{id: "1", name: "fake upstream, direct", kind: "direct", key: keyEnforce},
 	{id: "1r", name: "fake direct, body as row 4 rewrites it", kind: "direct", key: keyEnforce, rewritten: true, loads: []string{"small", "large"}},
-	{id: "2", name: "bare httputil.ReverseProxy", kind: "bare", key: keyEnforce},
+	{id: "2", name: "bare httputil.ReverseProxy, no BufferPool (the \"bare\" of runs before issue 20)", kind: "bare", key: keyEnforce},
+	{id: "2p", name: "bare httputil.ReverseProxy + BufferPool", kind: "bare", pool: true, key: keyEnforce},
 	{id: "3", name: "ctxproxy, policy off", kind: "ctxproxy", key: keyOff},
 	{id: "4", name: "ctxproxy, enforce edits + inject memory tool", kind: "ctxproxy", key: keyEnforce},
 	{id: "5", name: "ctxproxy, memory proxy (1 memory call/request)", kind: "ctxproxy", key: keyMemory, memory: true},
@@ -219,8 +221,10 @@ type cell struct {
 	p50, p99          time.Duration // unloaded (concurrency 1); streams: event delivery latency
 	ttfb50, ttfb99    time.Duration
 	hwm               int64
-	memPerStream      int64 // RSS growth per open stream
-	heapPerStream     int64 // heap+stack growth per open stream
+	cpu               time.Duration // the server's user+system time over the measured requests
+	cpuN              int           // the requests (streams) that time served
+	memPerStream      int64         // RSS growth per open stream
+	heapPerStream     int64         // heap+stack growth per open stream
 	goroutinesPerOpen float64
 	eventsPer         int
 	completed         int
@@ -375,7 +379,11 @@ func (r *runner) servers(row rowSpec, tag string) (fake, srv *child, err error) 
 	case "direct":
 		return fake, fake, nil
 	case "bare":
-		srv, err = startChild(r.work, tag+"-bare", "bare", "-upstream", fake.url())
+		args := []string{"bare", "-upstream", fake.url()}
+		if row.pool {
+			args = append(args, "-pool")
+		}
+		srv, err = startChild(r.work, tag+"-bare", args...)
 	case "ctxproxy":
 		dir := filepath.Join(r.work, tag)
 		if err = os.MkdirAll(dir, 0o755); err != nil {
@@ -441,7 +449,9 @@ func (r *runner) runCell(row rowSpec, load string) *cell {
 	if load == "large" {
 		conc = r.c.largeConc
 	}
+	cpu0 := srv.cpu()
 	res := closedLoop(ctx, client, t, body, conc, warm, r.c.duration, 0)
+	cl.cpu, cl.cpuN = srv.cpu()-cpu0, res.n // the warmup's requests are in the time: a slight overestimate
 	prof.Wait()
 	if r.c.pprofDir != "" && row.kind != "direct" {
 		srv.saveProfile(ctx, "allocs", filepath.Join(r.c.pprofDir, tag+".allocs.pprof"))
@@ -493,7 +503,9 @@ func (r *runner) streamCell(ctx context.Context, cl *cell, srv *child, t target,
 		}()
 	}
 	timeout := time.Duration(r.c.events)*r.c.eventDelay*4 + time.Minute
+	cpu0 := srv.cpu()
 	res := streams(ctx, client, t, body, n, timeout, onOpen)
+	cl.cpu, cl.cpuN = srv.cpu()-cpu0, res.n
 	prof.Wait()
 	if r.c.pprofDir != "" && cl.row.kind != "direct" {
 		srv.saveProfile(ctx, "allocs", filepath.Join(r.c.pprofDir, tag+".allocs.pprof"))
@@ -545,6 +557,7 @@ func (r *runner) interleaved(rows []rowSpec, load string) []*cell {
 		body      []byte
 		client    *http.Client
 		thr, lat  loadResult
+		cpu       time.Duration // the server's, over the slices it was loaded
 	}
 	ctx := context.Background()
 	conc := r.c.concurrency
@@ -623,7 +636,9 @@ func (r *runner) interleaved(rows []rowSpec, load string) []*cell {
 		for i := range n {
 			for j := range ls {
 				l := ls[(i+j)%len(ls)]
+				cpu0 := l.srv.cpu()
 				add(pick(l), closedLoop(ctx, l.client, l.t, l.body, workers, 0, slice, 0))
+				l.cpu += l.srv.cpu() - cpu0
 			}
 		}
 	}
@@ -641,6 +656,7 @@ func (r *runner) interleaved(rows []rowSpec, load string) []*cell {
 		cl.loadP50, cl.loadP99 = pct(l.thr.lat, .5), pct(l.thr.lat, .99)
 		cl.p50, cl.p99 = pct(l.lat.lat, .5), pct(l.lat.lat, .99)
 		cl.hwm = l.srv.hwm()
+		cl.cpu, cl.cpuN = l.cpu, l.thr.n+l.lat.n
 		if l.thr.errs+l.lat.errs > 0 {
 			cl.err = fmt.Errorf("%d errors, first: %v", l.thr.errs+l.lat.errs, cmp.Or(l.thr.firstErr, l.lat.firstErr))
 		}

@@ -121,6 +121,15 @@ func (r *runner) microRewrite() []microResult {
 	return out
 }
 
+// bare is the bare proxy's cell the others compare with: the pooled one
+// (row 2p) when it ran, else row 2.
+func (r *runner) bare(load string) *cell {
+	if cl := r.find("2p", load); cl != nil {
+		return cl
+	}
+	return r.find("2", load)
+}
+
 func (r *runner) markdown(micro []microResult) string {
 	c := r.c
 	var b strings.Builder
@@ -134,14 +143,21 @@ func (r *runner) markdown(micro []microResult) string {
 		c.concurrency, c.largeConc, c.duration, c.duration/8, c.duration/2, max(c.repeat, 1), len(r.bodies["small"]), len(r.bodies["large"]), c.largeTurns+1,
 		c.streams, c.events, c.eventDelay)
 
-	b.WriteString("| row | server | load | req/s | × bare | p50 | p99 | +p50 vs direct | +p99 vs direct | TTFB p50 / p99 | peak RSS | RSS × bare | mem/stream |\n")
-	b.WriteString("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	b.WriteString("| row | server | load | req/s | × bare | CPU/req | CPU × bare | p50 | p99 | +p50 vs direct | +p99 vs direct | TTFB p50 / p99 | peak RSS | RSS × bare | mem/stream |\n")
+	b.WriteString("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	var errs []string
 	for _, cl := range r.cells {
 		if cl.err != nil {
 			errs = append(errs, fmt.Sprintf("- row %s %s: %v", cl.row.id, cl.load, cl.err))
 		}
-		direct, bare := r.find("1", cl.load), r.find("2", cl.load)
+		direct, bare := r.find("1", cl.load), r.bare(cl.load)
+		cpu, cpuRatio := "—", "—"
+		if cl.cpuN > 0 {
+			cpu = fmtDur(cl.cpu / time.Duration(cl.cpuN))
+			if bare != nil && bare.cpuN > 0 && bare.cpu > 0 {
+				cpuRatio = fmt.Sprintf("%.2f×", (float64(cl.cpu)/float64(cl.cpuN))/(float64(bare.cpu)/float64(bare.cpuN)))
+			}
+		}
 		rps, ratio, dp50, dp99, ttfb, rssRatio, perStream := "—", "—", "—", "—", "—", "—", "—"
 		if cl.load != "streams" {
 			rps = fmt.Sprintf("%.0f", cl.rps)
@@ -152,7 +168,7 @@ func (r *runner) markdown(micro []microResult) string {
 			rps = fmt.Sprintf("%d/%d streams", cl.completed, c.streams)
 			ttfb = fmtDur(cl.ttfb50) + " / " + fmtDur(cl.ttfb99)
 			perStream = fmtBytes(cl.memPerStream)
-			if bare != nil && cl.row.id != "2" {
+			if bare != nil && cl.row.id != bare.row.id {
 				ratio = "p99 " + fmtDelta(cl.p99-bare.p99)
 			}
 		}
@@ -162,10 +178,13 @@ func (r *runner) markdown(micro []microResult) string {
 		if bare != nil && bare.hwm > 0 {
 			rssRatio = fmt.Sprintf("%.2f×", float64(cl.hwm)/float64(bare.hwm))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			cl.row.id, cl.row.name, cl.load, rps, ratio, fmtDur(cl.p50), fmtDur(cl.p99), dp50, dp99, ttfb,
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			cl.row.id, cl.row.name, cl.load, rps, ratio, cpu, cpuRatio, fmtDur(cl.p50), fmtDur(cl.p99), dp50, dp99, ttfb,
 			fmtBytes(cl.hwm), rssRatio, perStream)
 	}
+	b.WriteString("\n× bare compares with row 2p (the pooled bare proxy) when it ran, else row 2. CPU/req is the server process's " +
+		"user+system time (/proc/PID/stat, 10 ms ticks) over the slices it was loaded, divided by the requests it served then " +
+		"(streams: per stream, over the wave); it is the steadiest figure on a shared machine.\n")
 	b.WriteString("\nLatency columns: small and large are request latency with one worker (no queueing; the throughput phase's own " +
 		"p50/p99 are in the details below); streams are per-event delivery latency, from the fake writing the event " +
 		"(a send timestamp in the text delta) to the client reading it. × bare for streams is the event p99 minus the bare proxy's. " +
@@ -197,7 +216,7 @@ func (r *runner) markdown(micro []microResult) string {
 		return "MISS"
 	}
 	ratio := func(row, load string) (float64, bool) {
-		cl, bare := r.find(row, load), r.find("2", load)
+		cl, bare := r.find(row, load), r.bare(load)
 		if cl == nil || bare == nil || bare.rps == 0 {
 			return 0, false
 		}
@@ -208,6 +227,19 @@ func (r *runner) markdown(micro []microResult) string {
 	}
 	if v, ok := ratio("4", "large"); ok {
 		fmt.Fprintf(&b, "- %s enforcing ≥ 0.8× bare req/s, 1 MB bodies: %.2f×\n", check(v >= 0.8), v)
+	}
+	cpuRatio := func(row, load string) (float64, bool) {
+		cl, bare := r.find(row, load), r.bare(load)
+		if cl == nil || bare == nil || cl.cpuN == 0 || bare.cpuN == 0 || bare.cpu == 0 {
+			return 0, false
+		}
+		return (float64(cl.cpu) / float64(cl.cpuN)) / (float64(bare.cpu) / float64(bare.cpuN)), true
+	}
+	if v, ok := cpuRatio("4", "small"); ok {
+		fmt.Fprintf(&b, "- %s enforcing + memory tool, CPU per request ≤ 1.10× the pooled bare proxy's, small bodies: %.2f×\n", check(v <= 1.10), v)
+	}
+	if v, ok := cpuRatio("4", "large"); ok {
+		fmt.Fprintf(&b, "- %s enforcing + memory tool, CPU per request ≤ 1.25× the pooled bare proxy's, 1 MB bodies: %.2f×\n", check(v <= 1.25), v)
 	}
 	// The fake shares the machine, and a body with context_management costs it
 	// more (it applies the edits): row 1r / row 1 is that share. Dividing it
@@ -227,7 +259,7 @@ func (r *runner) markdown(micro []microResult) string {
 			fmt.Fprintf(&b, "- %s rewriting allocates ≤ 3× the body: %.2f×\n", check(m.bytesPerOp <= 3*float64(m.size)), m.bytesPerOp/float64(m.size))
 		}
 	}
-	bare := r.find("2", "streams")
+	bare := r.bare("streams")
 	for _, id := range []string{"3", "4", "5"} {
 		if cl := r.find(id, "streams"); cl != nil && bare != nil {
 			d := cl.p99 - bare.p99
