@@ -13,6 +13,15 @@ import (
 // as it is.
 func rewriteFor(ep endpoint, pol *policy.Policy, body []byte, h http.Header) ([][]byte, policy.RewriteInfo, error) {
 	if ep != epBatchCreate {
+		if len(body) < minPooledBody {
+			// Built whole in one allocation: a small body goes upstream as one
+			// *bytes.Reader (requestBody), so pieces would only be joined.
+			out, info, err := pol.Rewrite(body, h, ep == epCountTokens)
+			if err != nil {
+				return nil, info, err
+			}
+			return [][]byte{out}, info, nil
+		}
 		return pol.RewriteParts(body, h, ep == epCountTokens)
 	}
 	out, _, err := pol.RewriteBatch(body, h)

@@ -79,8 +79,10 @@ func readReply(resp *http.Response) ([]byte, error) {
 // copyReplyHeaders copies the upstream's end-to-end headers (request-id,
 // retry-after, anthropic-ratelimit-*) to the client.
 func copyReplyHeaders(dst, src http.Header) {
+	// The values are shared, not copied: the upstream reply's header is
+	// this request's own and only read from here on.
 	for k, vv := range src {
-		dst[k] = append(dst[k][:0:0], vv...)
+		dst[k] = vv
 	}
 	removeHopHeaders(dst)
 	dst.Del("Content-Length")

@@ -101,7 +101,10 @@ func canonicalPath(p string) string {
 		p = u
 	}
 	p = strings.ReplaceAll(p, `\`, "/")
-	return path.Clean("/" + p)
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p
+	}
+	return path.Clean(p) // no copy when p is clean already
 }
 
 // ServeHTTP sends /v1/ requests by classify and everything else (health,
