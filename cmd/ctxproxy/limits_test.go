@@ -144,6 +144,7 @@ func TestSpendCapExactAcrossTwoReplicas(t *testing.T) {
 	if ok != want {
 		t.Errorf("admitted %d of 50, want exactly %d (remaining $0.01 / hold $%.6f)", ok, want, float64(hold)/1e9)
 	}
+	settled(t, db)
 	spent := db.QueryInt(t, `SELECT spent_nano FROM ctxproxy_spend WHERE tenant = 'capped' AND end_user = '' AND bucket = $1`, day)
 	if wantSpent := int64(990_000_000 + want*60_000); spent != wantSpent {
 		t.Errorf("spent after settling = %d nano-USD, want %d (each admitted request's real $0.00006)", spent, wantSpent)
@@ -271,6 +272,17 @@ func TestRequestsPerMinuteHoldAcrossReplicasUnderABurst(t *testing.T) {
 	}
 }
 
+// settled waits until every admitted request has settled or released its hold: a request
+// settles after its reply reached the client, so a client can be a moment ahead of the store.
+func settled(t *testing.T, db *pgtest.DB) {
+	t.Helper()
+	within(t, time.Minute, "every hold settled", func() {
+		for db.QueryInt(t, `SELECT count(*) FROM ctxproxy_spend_holds`) != 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}
+
 func redisUp() error {
 	c, err := net.DialTimeout("tcp", "127.0.0.1:6379", 2*time.Second)
 	if err != nil {
@@ -336,10 +348,12 @@ func TestLimitsStoreOutage(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	})
+	settled(t, db)
 	before := spent("open")
 	if resp, body := post(t, p.Addr, openKey, capBody); resp.StatusCode != 200 {
 		t.Fatalf("open tenant after the outage: %d %s", resp.StatusCode, body)
 	}
+	settled(t, db)
 	if got := spent("open") - before; got != 60_000 {
 		t.Errorf("a request after the outage added %d nano-USD, want its 60000 once", got)
 	}

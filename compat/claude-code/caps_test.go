@@ -2,7 +2,9 @@ package claudecode_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -36,11 +38,38 @@ func TestClaudeCodeAtItsSpendCap(t *testing.T) {
 	fakeAddr := startLogged(ctx, t, "fakeapi listening", fakeBin, "--listen", "127.0.0.1:0", "--log-level", "info")
 	proxyAddr := startLogged(ctx, t, "ctxproxy listening", ctxproxyBin, "serve", "--listen", "127.0.0.1:0",
 		"--upstream", "http://"+fakeAddr, "--policies", polDir, "--memory-dir", memDir,
-		"--ledger", "file:"+filepath.Join(root, "ledger.jsonl"), "--log-level", "info")
+		"--ledger", "file:"+filepath.Join(root, "ledger.jsonl"), "--log-level", "info", "--admin-token", "adm")
 	client := startTap(t, "http://"+proxyAddr, false)
 	fake := fakeControl{base: "http://" + fakeAddr}
 
+	// settledSessions waits until the proxy has charged n sessions: it settles a request after
+	// its reply reached Claude Code.
+	settledSessions := func(t *testing.T, n int) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			var rep struct {
+				Caps []struct {
+					Spent float64 `json:"spent_usd"`
+				} `json:"caps"`
+			}
+			req, _ := newRequest(ctx, http.MethodGet, "http://"+proxyAddr+"/admin/report", nil)
+			req.Header.Set("Authorization", "Bearer adm")
+			if resp, err := httpClient.Do(req); err == nil {
+				_ = json.NewDecoder(resp.Body).Decode(&rep)
+				resp.Body.Close()
+			}
+			if len(rep.Caps) == 1 && rep.Caps[0].Spent >= 0.81*float64(n) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the proxy has not charged %d session(s): %+v", n, rep)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	session := func(t *testing.T, n int) (ccResult, []*exchange, error) {
+		settledSessions(t, n-1)
 		answer := fmt.Sprintf("ANSWER %d", n)
 		reply := fakeapi.TextReply(answer)
 		reply.StopReason = "end_turn"
