@@ -133,6 +133,14 @@ capabilities:
 - name: CTXPROXY_PRICES
   value: {{ . | quote }}
 {{- end }}
+{{- with .Values.limitsStore }}
+- name: CTXPROXY_LIMITS_STORE
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.ratelimitStore }}
+- name: CTXPROXY_RATELIMIT_STORE
+  value: {{ . | quote }}
+{{- end }}
 {{- with .Values.debugAddr }}
 - name: CTXPROXY_DEBUG_ADDR
   value: {{ . | quote }}
