@@ -49,7 +49,7 @@ type Config struct {
 	Auth     admin.Auth
 	Policies *policy.Store
 	Ledger   tokens.Ledger       // cost and savings
-	Spend    SpendFunc           // spend against caps
+	Spend    tokens.CapsFunc     // spend against caps (the limits store)
 	Memory   memoryhook.Governed // memory pages and actions
 	Keys     *keys.Keyring       // ctxproxy keys, by id
 	Ready    func(context.Context) []Check
@@ -57,18 +57,6 @@ type Config struct {
 	Audit    *memapi.Audit       // the operator audit log; restore and purge are recorded
 	Log      *zap.Logger
 	Now      func() time.Time // default time.Now
-}
-
-// SpendFunc reports a tenant's spend against its caps now.
-type SpendFunc func(ctx context.Context, p *policy.Policy) ([]SpendLine, error)
-
-// SpendLine is one cap and what was spent against it.
-type SpendLine struct {
-	Limit  string // as the policy writes it: daily, monthly, per_user daily …
-	User   string // "" for the tenant's own caps
-	Spent  float64
-	Cap    float64
-	Resets time.Time
 }
 
 // Check is one readiness check.

@@ -22,7 +22,7 @@ type moneyData struct {
 	Total   tokens.Totals
 	Chart   template.HTML // inline SVG: cost and savings by day
 	ByDay   []dayPoint
-	Spend   []SpendLine
+	Spend   []tokens.CapRow
 	SpendEr string
 	NoData  bool
 }

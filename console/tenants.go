@@ -26,7 +26,7 @@ type tenantView struct {
 	PolicyKeys []string // 8-hex ids of api_keys_sha256
 	OwnKey     bool     // ctxproxy holds the tenant's Anthropic key
 	Keys       []keyView
-	Spend      []SpendLine
+	Spend      []tokens.CapRow
 	SpendErr   string
 	Cost       float64
 	Savings    float64
@@ -140,11 +140,11 @@ func (c *Console) tenantPage(w http.ResponseWriter, r *http.Request) {
 	}{v, c.cfg.Policies.LastReload()}})
 }
 
-func (c *Console) spend(r *http.Request, p *policy.Policy) ([]SpendLine, string) {
-	if c.cfg.Spend == nil || !p.Limits.Any() {
+func (c *Console) spend(r *http.Request, p *policy.Policy) ([]tokens.CapRow, string) {
+	if c.cfg.Spend == nil || !p.Limits.Capped() {
 		return nil, ""
 	}
-	lines, err := c.cfg.Spend(r.Context(), p)
+	lines, err := c.cfg.Spend(r.Context(), p.Tenant)
 	if err != nil {
 		return nil, "spend store unavailable: " + err.Error()
 	}

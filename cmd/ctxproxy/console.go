@@ -25,6 +25,8 @@ type consoleParts struct {
 	ring    *keys.Keyring
 	pols    *policy.Store
 	metrics *tokens.Metrics
+	caps    tokens.CapsFunc
+	limits  any // the limits store; checked when it can Ping
 }
 
 // consoleHandler is the operator console at /admin/ui/, under the same
@@ -38,6 +40,7 @@ func consoleHandler(cfg *config, p consoleParts, log *zap.Logger) http.Handler {
 		Audit:    p.audit,
 		Log:      log,
 		Ready:    readyChecks(p),
+		Spend:    p.caps,
 	}
 	if g, ok := p.mem.(memoryhook.Governed); ok {
 		cc.Memory = g
@@ -62,6 +65,9 @@ func readyChecks(p consoleParts) func(context.Context) []console.Check {
 		if p.mem != nil {
 			err := p.mem.Ready(ctx)
 			out = append(out, check("memory store", err))
+		}
+		if pg, ok := p.limits.(interface{ Ping(context.Context) error }); ok {
+			out = append(out, check("limits store (PostgreSQL)", pg.Ping(ctx)))
 		}
 		if pg, ok := p.ledger.(interface{ Ping(context.Context) error }); ok {
 			out = append(out, check("ledger (PostgreSQL)", pg.Ping(ctx)))

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
+	"github.com/ctxproxy/ctxproxy/internal/stack"
 )
 
 // dashboardExprs reads every PromQL expression of the shipped Grafana
@@ -78,15 +79,34 @@ func TestDashboard(t *testing.T) {
 
 	fake, upURL := fakeUpstream(t)
 	fake.SetResponder(fakeapi.Script(fakeapi.Reply{Content: []json.RawMessage{fakeapi.Text("hi")}, Usage: &fakeapi.Usage{InputTokens: 10, OutputTokens: 2}}))
-	proxy := startProxy(t, "--upstream", upURL, "--policies", binPolicies(t), "--memory-dir", t.TempDir(),
+	// Tenants: acme (edits, memory), capped (spend caps), default.
+	const cappedKey = "sk-ant-dashboard-capped"
+	pols, _, err := stack.Layout(t.TempDir(), map[string]string{
+		"default.yaml": "tenant: default\nmemory:\n  mode: off\n",
+		"acme.yaml": stack.TenantPolicy("acme", binKey,
+			"context_management:\n  mode: enforce\n  clear_tool_uses:\n    trigger: { type: input_tokens, value: 30000 }\nmemory:\n  mode: proxy\n"),
+		"capped.yaml": stack.TenantPolicy("capped", cappedKey, "limits:\n  spend: [{period: daily, usd: 5}, {period: monthly, usd: 100}]\n"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := startProxy(t, "--upstream", upURL, "--policies", pols, "--memory-dir", t.TempDir(),
 		"--ledger", "file:"+filepath.Join(t.TempDir(), "l.jsonl"))
-	// One request per tenant: acme by its key, default by no key.
-	send(t, proxy.Addr, "/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`)
-	req, _ := http.NewRequest(http.MethodPost, "http://"+proxy.Addr+"/v1/messages",
-		strings.NewReader(`{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`))
-	req.Header.Set("Content-Type", "application/json")
-	if resp, err := http.DefaultClient.Do(req); err == nil {
+	// One ordinary request per tenant, each by its key (default by a key no tenant lists).
+	for _, key := range []string{binKey, cappedKey, "sk-ant-dashboard-no-tenant"} {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+proxy.Addr+"/v1/messages",
+			strings.NewReader(`{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Anthropic-Version", "2023-06-01")
+		req.Header.Set("X-Api-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
 		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("request as %q: status %d", key, resp.StatusCode)
+		}
 	}
 	resp, err := http.Get("http://" + proxy.Addr + "/metrics")
 	if err != nil {

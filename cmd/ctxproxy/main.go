@@ -181,7 +181,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		Metrics:            metrics,
 		Tracer:             tracer,
 		Admin:              adminHandler(cfg, ledger, ring, pols, log, capsOf),
-		Console:            consoleHandler(cfg, consoleParts{mem: mem, audit: audit, ledger: ledger, ring: ring, pols: pols, metrics: metrics}, log),
+		Console:            consoleHandler(cfg, consoleParts{mem: mem, audit: audit, ledger: ledger, ring: ring, pols: pols, metrics: metrics, caps: capsOf, limits: lim.Store()}, log),
 		Keys:               ring,
 		Limits:             lim,
 		Log:                log,
