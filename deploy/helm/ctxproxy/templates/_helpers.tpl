@@ -84,8 +84,7 @@ capabilities:
   drop: ["ALL"]
 {{- end -}}
 
-{{/* CTXPROXY_MEMORY_STORE, CTXPROXY_LEDGER and CTXPROXY_LIMITS_STORE: the Secret's DSN, or the
-files under /data and counters in memory; limitsStore overrides the last. */}}
+{{/* CTXPROXY_MEMORY_STORE and CTXPROXY_LEDGER: the Secret's DSN, or the files under /data. */}}
 {{- define "ctxproxy.storeEnv" -}}
 {{- if include "ctxproxy.postgres" . }}
 - name: CTXPROXY_MEMORY_STORE
@@ -98,23 +97,11 @@ files under /data and counters in memory; limitsStore overrides the last. */}}
     secretKeyRef:
       name: {{ include "ctxproxy.postgresSecret" . }}
       key: {{ .Values.postgres.key }}
-{{- if .Values.limitsStore }}
-- name: CTXPROXY_LIMITS_STORE
-  value: {{ .Values.limitsStore | quote }}
-{{- else }}
-- name: CTXPROXY_LIMITS_STORE
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "ctxproxy.postgresSecret" . }}
-      key: {{ .Values.postgres.key }}
-{{- end }}
 {{- else }}
 - name: CTXPROXY_MEMORY_STORE
   value: file
 - name: CTXPROXY_LEDGER
   value: file:/data/ledger.jsonl
-- name: CTXPROXY_LIMITS_STORE
-  value: {{ .Values.limitsStore | default "memory" | quote }}
 {{- end }}
 {{- end -}}
 
@@ -142,10 +129,6 @@ files under /data and counters in memory; limitsStore overrides the last. */}}
   value: {{ .Values.shutdownGrace | quote }}
 - name: CTXPROXY_MEMORY_AUDIT
   value: {{ .Values.memoryAudit | quote }}
-{{- with .Values.ratelimitStore }}
-- name: CTXPROXY_RATELIMIT_STORE
-  value: {{ . | quote }}
-{{- end }}
 {{- with .Values.prices }}
 - name: CTXPROXY_PRICES
   value: {{ . | quote }}
