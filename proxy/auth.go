@@ -79,6 +79,16 @@ func (s *Server) authenticateKey(ctx context.Context, key string, c caller) (cal
 // authentication to the reverse proxy's Rewrite and ModifyResponse.
 type callerKey struct{}
 
+// cappedKey marks a passthrough request of a tenant with limits: the
+// upstream's organisation-wide ratelimit headers are not its to see.
+type cappedKey struct{}
+
+// passthroughCapped says whether servePassthrough found r's tenant capped.
+func passthroughCapped(r *http.Request) bool {
+	c, _ := r.Context().Value(cappedKey{}).(bool)
+	return c
+}
+
 // passthroughKey is the tenant key servePassthrough found for r, or "".
 func passthroughKey(r *http.Request) string {
 	k, _ := r.Context().Value(callerKey{}).(string)

@@ -123,3 +123,39 @@ func TestCappedTenantPaysForEveryRoundOfTheMemoryLoop(t *testing.T) {
 		}
 	})
 }
+
+// The upstream's organisation-wide ratelimit headers are not a capped
+// tenant's to see on any route, pass-through ones included; an uncapped
+// tenant still gets them.
+func TestPassthroughHidesTheOrganisationsRatelimitFromACappedTenant(t *testing.T) {
+	upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Anthropic-Ratelimit-Requests-Remaining", "4999")
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"data":[],"has_more":false}`))
+	})
+	pols := map[string]string{
+		"capped.yaml": "tenant: capped\napi_keys_sha256: [\"" + sha(keyCapped) + "\"]\nlimits:\n  spend: [{period: daily, usd: 1}]\n",
+		"acme.yaml":   "tenant: acme\napi_keys_sha256: [\"" + sha(keyAcme) + "\"]\n",
+	}
+	h := newHarnessWith(t, upstream, pols)
+	for _, tc := range []struct {
+		name, key string
+		want      string
+	}{
+		{"a capped tenant's GET /v1/models has no organisation ratelimit header", keyCapped, ""},
+		{"an uncapped tenant's keeps it", keyAcme, "4999"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, h.proxy.URL+"/v1/models", nil)
+			req.Header.Set("X-Api-Key", tc.key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			readAll(t, resp.Body)
+			if resp.StatusCode != 200 || resp.Header.Get("Anthropic-Ratelimit-Requests-Remaining") != tc.want {
+				t.Fatalf("status %d, ratelimit header %q, want %q", resp.StatusCode, resp.Header.Get("Anthropic-Ratelimit-Requests-Remaining"), tc.want)
+			}
+		})
+	}
+}

@@ -164,6 +164,9 @@ func (s *Server) passthrough(rt http.RoundTripper) http.Handler {
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			scrubReply(resp, passthroughKey(resp.Request))
+			if passthroughCapped(resp.Request) {
+				limits.StripUpstreamRatelimit(resp.Header)
+			}
 			return nil
 		},
 		Transport:     rt,
