@@ -18,8 +18,37 @@ import (
 // own page, which the operator opens on purpose.
 
 type treeData struct {
-	Memories []memoryhook.Memory
-	Off      bool // no memory store
+	Rows []treeRow
+	Off  bool // no memory store
+}
+
+// treeRow is a directory or a memory of the file tree, at its depth.
+type treeRow struct {
+	Depth int
+	Dir   string // a directory's name; "" for a memory
+	Name  string // a memory's file name
+	M     memoryhook.Memory
+}
+
+// tree lays memories (ordered by path) out as a tree: each directory once,
+// before what is in it.
+func tree(ms []memoryhook.Memory) []treeRow {
+	var rows []treeRow
+	var open []string // the directories of the previous row
+	for _, m := range ms {
+		parts := strings.Split(m.Path, "/")
+		dirs := parts[:len(parts)-1]
+		same := 0
+		for same < len(open) && same < len(dirs) && open[same] == dirs[same] {
+			same++
+		}
+		for i := same; i < len(dirs); i++ {
+			rows = append(rows, treeRow{Depth: i, Dir: dirs[i]})
+		}
+		open = dirs
+		rows = append(rows, treeRow{Depth: len(dirs), Name: parts[len(parts)-1], M: m})
+	}
+	return rows
 }
 
 func (c *Console) memoryTree(w http.ResponseWriter, r *http.Request) {
@@ -31,7 +60,7 @@ func (c *Console) memoryTree(w http.ResponseWriter, r *http.Request) {
 			c.fail(w, r, http.StatusServiceUnavailable, "The memory store could not be read: "+err.Error())
 			return
 		}
-		d.Memories = ms
+		d.Rows = tree(ms)
 	}
 	c.render(w, r, "memory", http.StatusOK, page{Title: t + " · memory", Tenant: t, Data: d})
 }

@@ -160,7 +160,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	run("the memory the model wrote",
 		chromedp.Navigate(base+"tenants/acme/memory"),
 		shot("memory"),
-		chromedp.Click(`//a[contains(., "/memories/notes.md")]`),
+		chromedp.Click(`//a[@title="/memories/notes.md"]`),
 		chromedp.WaitVisible(`pre.content`),
 		chromedp.Text(`pre.content`, &content),
 		chromedp.Location(&fileURL),
