@@ -25,24 +25,25 @@ type scanError struct {
 }
 
 // scanBody validates the whole body in one pass (RFC 8259, strings must be valid UTF-8) and, when
-// the top-level value is an object, records its members in *members. It replaces gjson.Valid on the
+// the top-level value is an object, appends its members to members and returns them (returned, not
+// stored through a pointer, so a caller's array for them stays on its stack). It replaces gjson.Valid on the
 // hot path because it is faster on long strings (8 bytes at a time), says where a body goes wrong,
 // and hands Rewrite the top-level members without a second pass.
-func scanBody(b []byte, members *[]topMember) (rootStart, rootEnd int, err *scanError) {
+func scanBody(b []byte, members []topMember) (_ []topMember, rootStart, rootEnd int, err *scanError) {
 	var stackBuf [64]byte
 	stack := stackBuf[:0]
 	var top byte
 	i := skipWS(b, 0)
 	if i == len(b) {
-		return 0, 0, &scanError{i, "unexpected end of JSON input"}
+		return members, 0, 0, &scanError{i, "unexpected end of JSON input"}
 	}
 	rootStart = i
 	rootObject := b[i] == '{'
-	fail := func(i int, what string) (int, int, *scanError) {
+	fail := func(i int, what string) ([]topMember, int, int, *scanError) {
 		if i >= len(b) {
-			return 0, 0, &scanError{len(b), "unexpected end of JSON input"}
+			return members, 0, 0, &scanError{len(b), "unexpected end of JSON input"}
 		}
-		return 0, 0, &scanError{i, fmt.Sprintf("invalid character %s %s", quoteChar(b[i]), what)}
+		return members, 0, 0, &scanError{i, fmt.Sprintf("invalid character %s %s", quoteChar(b[i]), what)}
 	}
 
 value:
@@ -50,12 +51,12 @@ value:
 		return fail(i, "")
 	}
 	if len(stack) == 1 && rootObject {
-		(*members)[len(*members)-1].valStart = i
+		members[len(members)-1].valStart = i
 	}
 	switch c := b[i]; {
 	case c == '{' || c == '[':
 		if len(stack) >= maxDepth {
-			return 0, 0, &scanError{i, fmt.Sprintf("nesting deeper than %d levels", maxDepth)}
+			return members, 0, 0, &scanError{i, fmt.Sprintf("nesting deeper than %d levels", maxDepth)}
 		}
 		stack = append(stack, c)
 		i = skipWS(b, i+1)
@@ -71,12 +72,12 @@ value:
 	case c == '"':
 		var e *scanError
 		if i, _, e = scanString(b, i+1); e != nil {
-			return 0, 0, e
+			return members, 0, 0, e
 		}
 	case c == '-' || c >= '0' && c <= '9':
 		var e *scanError
 		if i, e = scanNumber(b, i); e != nil {
-			return 0, 0, e
+			return members, 0, 0, e
 		}
 	case c == 't':
 		if !hasLit(b, i, "true") {
@@ -99,7 +100,7 @@ value:
 
 after:
 	if len(stack) == 1 && rootObject {
-		(*members)[len(*members)-1].valEnd = i
+		members[len(members)-1].valEnd = i
 	}
 	i = skipWS(b, i)
 	if len(stack) == 0 {
@@ -110,7 +111,7 @@ after:
 		for end > 0 && isSpace(b[end-1]) {
 			end--
 		}
-		return rootStart, end - 1, nil
+		return members, rootStart, end - 1, nil
 	}
 	if i >= len(b) {
 		return fail(i, "")
@@ -142,10 +143,10 @@ key:
 		var esc bool
 		var e *scanError
 		if i, esc, e = scanString(b, i+1); e != nil {
-			return 0, 0, e
+			return members, 0, 0, e
 		}
 		if len(stack) == 1 && rootObject {
-			*members = append(*members, topMember{keyStart: start, keyEnd: i, keyEsc: esc})
+			members = append(members, topMember{keyStart: start, keyEnd: i, keyEsc: esc})
 		}
 	}
 	i = skipWS(b, i)

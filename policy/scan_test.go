@@ -40,7 +40,7 @@ func TestScanBody(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var m []topMember
-			_, _, err := scanBody([]byte(tc.in), &m)
+			_, _, _, err := scanBody([]byte(tc.in), m)
 			if tc.off < 0 {
 				if err != nil {
 					t.Fatalf("valid JSON refused: %+v", err)
@@ -60,11 +60,11 @@ func TestScanBody(t *testing.T) {
 func TestScanDepth(t *testing.T) {
 	var m []topMember
 	ok := strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth)
-	if _, _, err := scanBody([]byte(ok), &m); err != nil {
+	if _, _, _, err := scanBody([]byte(ok), m); err != nil {
 		t.Fatalf("depth %d refused: %+v", maxDepth, err)
 	}
 	deep := `{"a":` + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + `}`
-	_, _, err := scanBody([]byte(deep), &m)
+	_, _, _, err := scanBody([]byte(deep), m)
 	if err == nil || !strings.Contains(err.msg, "nesting deeper") {
 		t.Fatalf("100000 levels: got %+v", err)
 	}
@@ -82,7 +82,7 @@ func FuzzScan(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m []topMember
-		start, end, err := scanBody(b, &m)
+		m, start, end, err := scanBody(b, m)
 		want := json.Valid(b) && utf8.Valid(b)
 		if (err == nil) != want {
 			t.Fatalf("scanBody(%q) error %+v, encoding/json+utf8 valid=%v", b, err, want)
