@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/ctxproxy/ctxproxy/internal/apierr"
 	"github.com/ctxproxy/ctxproxy/policy"
 )
 
@@ -71,30 +72,11 @@ func (c *Console) errorCounts(r *http.Request) []errorCount {
 	return out
 }
 
-// errorType is the API's error type for a status, as its error shape names them.
+// errorType names what a client got for status: the API's error.type, or
+// 499 for a client that went away first.
 func errorType(status int) string {
-	switch status {
-	case 400:
-		return "invalid_request_error"
-	case 401:
-		return "authentication_error"
-	case 403:
-		return "permission_error"
-	case 404:
-		return "not_found_error"
-	case 413:
-		return "request_too_large"
-	case 429:
-		return "rate_limit_error / billing_error"
-	case 499:
+	if status == 499 {
 		return "client closed the request"
-	case 504:
-		return "timeout_error"
-	case 529:
-		return "overloaded_error"
 	}
-	if status >= 500 {
-		return "api_error"
-	}
-	return "other"
+	return apierr.Type(status)
 }

@@ -4,36 +4,12 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/ctxproxy/ctxproxy/internal/apierr"
 	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
 )
 
-// errorTypes maps an HTTP status to the API's error.type (spec §7).
-var errorTypes = map[int]string{
-	http.StatusBadRequest:            "invalid_request_error",
-	http.StatusUnauthorized:          "authentication_error",
-	http.StatusPaymentRequired:       "billing_error",
-	http.StatusForbidden:             "permission_error",
-	http.StatusNotFound:              "not_found_error",
-	http.StatusConflict:              "conflict_error",
-	http.StatusRequestEntityTooLarge: "request_too_large",
-	http.StatusTooManyRequests:       "rate_limit_error",
-	http.StatusInternalServerError:   "api_error",
-	http.StatusBadGateway:            "api_error",
-	http.StatusServiceUnavailable:    "api_error",
-	http.StatusGatewayTimeout:        "timeout_error",
-	529:                              "overloaded_error",
-}
-
-// ErrorType is the API's error.type for status.
-func ErrorType(status int) string {
-	if t, ok := errorTypes[status]; ok {
-		return t
-	}
-	if status >= 500 {
-		return "api_error"
-	}
-	return "invalid_request_error"
-}
+// ErrorType is the API's error.type for status (package apierr).
+func ErrorType(status int) string { return apierr.Type(status) }
 
 // errorBody is the API's error envelope.
 func errorBody(typ, msg string) []byte {

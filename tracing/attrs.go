@@ -1,6 +1,10 @@
 package tracing
 
-import "go.opentelemetry.io/otel/attribute"
+import (
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/ctxproxy/ctxproxy/internal/apierr"
+)
 
 // Attribute names: the GenAI semantic conventions' for Anthropic
 // (docs/gen-ai/anthropic.md), and ctxproxy's own under "ctxproxy.".
@@ -108,7 +112,7 @@ func (s Span) EndChat(r ChatResponse) {
 		}
 		s.sp.SetAttributes(attrs...)
 		if r.Status >= 400 {
-			s.Fail(errorTypeForStatus(r.Status), "upstream answered an error")
+			s.Fail(apierr.Type(r.Status), "upstream answered an error")
 		}
 	}
 	s.sp.End()
@@ -122,7 +126,7 @@ func (s Span) EndServer(status int, tenant string) {
 	}
 	s.sp.SetAttributes(attribute.Int(AttrUpstreamStatus, status), attribute.String(AttrTenant, tenant))
 	if status >= 500 {
-		s.Fail(errorTypeForStatus(status), "request failed")
+		s.Fail(apierr.Type(status), "request failed")
 	}
 	s.sp.End()
 }
@@ -147,29 +151,4 @@ func (s Span) EndMemory(ok bool, bytes int) {
 	}
 	s.sp.SetAttributes(attribute.String(AttrMemoryResult, result), attribute.Int(AttrMemoryBytes, bytes))
 	s.sp.End()
-}
-
-// errorTypeForStatus is the API's error type for an HTTP status, as its
-// error shape names them.
-func errorTypeForStatus(status int) string {
-	switch status {
-	case 400:
-		return "invalid_request_error"
-	case 401:
-		return "authentication_error"
-	case 403:
-		return "permission_error"
-	case 404:
-		return "not_found_error"
-	case 413:
-		return "request_too_large"
-	case 429:
-		return "rate_limit_error"
-	case 529:
-		return "overloaded_error"
-	}
-	if status >= 500 {
-		return "api_error"
-	}
-	return "_OTHER"
 }
