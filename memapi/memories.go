@@ -63,18 +63,26 @@ func view(w http.ResponseWriter, r *http.Request, def string) (full, ok bool) {
 	}
 }
 
-// limit reads ?limit= between 1 and max, def when absent.
-func limit(w http.ResponseWriter, r *http.Request, max int) (int, bool) {
+// page reads a listing's ?view= (basic by default) and ?limit=, between 1
+// and the view's largest page (the largest when absent).
+func page(w http.ResponseWriter, r *http.Request) (full bool, n int, ok bool) {
+	if full, ok = view(w, r, "basic"); !ok {
+		return false, 0, false
+	}
+	max := maxBasicPage
+	if full {
+		max = maxFullPage
+	}
 	s := r.URL.Query().Get("limit")
 	if s == "" {
-		return max, true
+		return full, max, true
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 || n > max {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("limit must be an integer from 1 to %d", max))
-		return 0, false
+		return false, 0, false
 	}
-	return n, true
+	return full, n, true
 }
 
 func (a *API) listStores(w http.ResponseWriter, c *call) {
@@ -114,15 +122,7 @@ func (a *API) listMemories(w http.ResponseWriter, c *call) {
 		return
 	}
 	q := c.r.URL.Query()
-	full, ok := view(w, c.r, "basic")
-	if !ok {
-		return
-	}
-	max := maxBasicPage
-	if full {
-		max = maxFullPage
-	}
-	n, ok := limit(w, c.r, max)
+	full, n, ok := page(w, c.r)
 	if !ok {
 		return
 	}

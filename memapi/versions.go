@@ -87,15 +87,7 @@ func (a *API) listVersions(w http.ResponseWriter, c *call) {
 	if !ok {
 		return
 	}
-	full, ok := view(w, c.r, "basic")
-	if !ok {
-		return
-	}
-	max := maxBasicPage
-	if full {
-		max = maxFullPage
-	}
-	n, ok := limit(w, c.r, max)
+	full, n, ok := page(w, c.r)
 	if !ok {
 		return
 	}
