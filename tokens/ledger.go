@@ -347,14 +347,7 @@ func AppendCall(b []byte, c *Call) []byte {
 
 // appendUsage appends u as the API writes it (the 1h and web search parts when non-zero).
 func appendUsage(b []byte, u Usage) []byte {
-	b = append(b, `{"input_tokens":`...)
-	b = strconv.AppendInt(b, u.InputTokens, 10)
-	b = append(b, `,"output_tokens":`...)
-	b = strconv.AppendInt(b, u.OutputTokens, 10)
-	b = append(b, `,"cache_creation_input_tokens":`...)
-	b = strconv.AppendInt(b, u.CacheCreationInputTokens, 10)
-	b = append(b, `,"cache_read_input_tokens":`...)
-	b = strconv.AppendInt(b, u.CacheReadInputTokens, 10)
+	b = appendTokenCounts(append(b, '{'), u)
 	if u.CacheCreation1hInputTokens != 0 {
 		b = append(b, `,"cache_creation_1h_input_tokens":`...)
 		b = strconv.AppendInt(b, u.CacheCreation1hInputTokens, 10)

@@ -386,6 +386,19 @@ func bytesView(b []byte) string {
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
+// appendTokenCounts appends u's four token counts as JSON members, in the
+// API's order (the ledger and usage.iterations write them alike).
+func appendTokenCounts(b []byte, u Usage) []byte {
+	b = append(b, `"input_tokens":`...)
+	b = strconv.AppendInt(b, u.InputTokens, 10)
+	b = append(b, `,"output_tokens":`...)
+	b = strconv.AppendInt(b, u.OutputTokens, 10)
+	b = append(b, `,"cache_creation_input_tokens":`...)
+	b = strconv.AppendInt(b, u.CacheCreationInputTokens, 10)
+	b = append(b, `,"cache_read_input_tokens":`...)
+	return strconv.AppendInt(b, u.CacheReadInputTokens, 10)
+}
+
 // AppendIterations appends its as the API's usage.iterations array (what a client that is
 // handed several upstream calls as one message gets: every call's steps, in order).
 func AppendIterations(b []byte, its []Iteration) []byte {
@@ -401,14 +414,7 @@ func AppendIterations(b []byte, its []Iteration) []byte {
 			b = jsonstr.Append(b, it.Model)
 		}
 		u := it.Usage
-		b = append(b, `,"input_tokens":`...)
-		b = strconv.AppendInt(b, u.InputTokens, 10)
-		b = append(b, `,"output_tokens":`...)
-		b = strconv.AppendInt(b, u.OutputTokens, 10)
-		b = append(b, `,"cache_creation_input_tokens":`...)
-		b = strconv.AppendInt(b, u.CacheCreationInputTokens, 10)
-		b = append(b, `,"cache_read_input_tokens":`...)
-		b = strconv.AppendInt(b, u.CacheReadInputTokens, 10)
+		b = appendTokenCounts(append(b, ','), u)
 		b = append(b, `,"cache_creation":{"ephemeral_5m_input_tokens":`...)
 		b = strconv.AppendInt(b, u.CacheCreationInputTokens-u.CacheCreation1hInputTokens, 10)
 		b = append(b, `,"ephemeral_1h_input_tokens":`...)
