@@ -9,6 +9,8 @@ import (
 	"crypto/subtle"
 	"net/http"
 	"strings"
+
+	"github.com/ctxproxy/ctxproxy/policy"
 )
 
 // Principal is who an operator request comes from.
@@ -77,4 +79,25 @@ func tokenFrom(r *http.Request) string {
 		return t
 	}
 	return r.Header.Get("X-Api-Key")
+}
+
+// PolicyAuth is the authorisation of every operator surface (/admin, the
+// console, /v1/memory_stores): adminToken for every tenant ("" for none),
+// or a token listed by its sha256 in a tenant's operator_tokens_sha256 for
+// that tenant only, as the policies in force say.
+func PolicyAuth(adminToken string, pols *policy.Store) Auth {
+	return Auth{AdminToken: adminToken, Operator: func(token string) (Principal, bool) {
+		p, name, ok := pols.Current().OperatorToken(token)
+		if !ok {
+			return Principal{}, false
+		}
+		return Principal{Tenant: p.Tenant, Name: name}, true
+	}, HasOperators: func() bool {
+		for _, p := range pols.Current().Tenants() {
+			if len(p.OperatorTokens) > 0 {
+				return true
+			}
+		}
+		return false
+	}}
 }

@@ -22,7 +22,6 @@
 package memapi
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -31,6 +30,7 @@ import (
 
 	"go.uber.org/zap"
 
+	operatorauth "github.com/ctxproxy/ctxproxy/admin"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/ctxproxy/ctxproxy/policy"
 )
@@ -46,8 +46,9 @@ type Config struct {
 
 // API is the operator API's http.Handler.
 type API struct {
-	cfg Config
-	mux *http.ServeMux
+	cfg    Config
+	tokens operatorauth.Auth // the same tokens as /admin and the console
+	mux    *http.ServeMux
 }
 
 // StoreIDPrefix makes a store id from a tenant name.
@@ -61,7 +62,7 @@ func New(cfg Config) *API {
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
-	a := &API{cfg: cfg, mux: http.NewServeMux()}
+	a := &API{cfg: cfg, tokens: operatorauth.PolicyAuth(cfg.AdminToken, cfg.Policies), mux: http.NewServeMux()}
 	const s = "/v1/memory_stores/{store}"
 	routes := map[string]handler{
 		"GET /v1/memory_stores":                       a.listStores,
@@ -120,21 +121,22 @@ func token(r *http.Request) string {
 
 func (a *API) auth(h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tok := token(r)
 		c := &call{r: r}
-		switch {
-		case tok == "":
+		if token(r) == "" {
 			writeError(w, http.StatusUnauthorized, "authentication_error", "the memory operator API needs an operator token (x-api-key or Authorization: Bearer)")
 			return
-		case a.cfg.AdminToken != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(a.cfg.AdminToken)) == 1:
-			c.operator = AdminName
-		default:
-			p, name, ok := a.cfg.Policies.Current().OperatorToken(tok)
-			if !ok {
+		}
+		who, ok := a.tokens.Authorize(r)
+		if !ok {
+			writeError(w, http.StatusUnauthorized, "authentication_error", "invalid operator token")
+			return
+		}
+		c.operator = who.Name
+		if who.Tenant != "" {
+			if c.tenant = a.cfg.Policies.Current().Tenant(who.Tenant); c.tenant == nil {
 				writeError(w, http.StatusUnauthorized, "authentication_error", "invalid operator token")
 				return
 			}
-			c.operator, c.tenant = name, p
 		}
 		c.audit = AuditRecord{Operator: c.operator, Method: r.Method, Path: r.URL.Path}
 		rec := &statusWriter{ResponseWriter: w}

@@ -70,18 +70,5 @@ func adminHandler(cfg *config, ledger tokens.Ledger, ring *keys.Keyring, pols *p
 // adminAuth is who may use /admin and the console: --admin-token (every
 // tenant) or a tenant's operator token (its own tenant only).
 func adminAuth(cfg *config, pols *policy.Store) admin.Auth {
-	return admin.Auth{AdminToken: cfg.AdminToken, Operator: func(token string) (admin.Principal, bool) {
-		p, name, ok := pols.Current().OperatorToken(token)
-		if !ok {
-			return admin.Principal{}, false
-		}
-		return admin.Principal{Tenant: p.Tenant, Name: name}, true
-	}, HasOperators: func() bool {
-		for _, p := range pols.Current().Tenants() {
-			if len(p.OperatorTokens) > 0 {
-				return true
-			}
-		}
-		return false
-	}}
+	return admin.PolicyAuth(cfg.AdminToken, pols)
 }
