@@ -81,7 +81,7 @@ func batchRequests(body []byte) (gjson.Result, error) {
 	s := unsafe.String(unsafe.SliceData(body), len(body))
 	var mbuf [4]topMember
 	members := mbuf[:0]
-	members, start, _, serr := scanBody(body, members)
+	members, start, _, serr := scanBody(body, members, scanAll)
 	if serr != nil {
 		if serr.off == 0 && len(trimRightSpace(s)) == 0 {
 			return gjson.Result{}, badRequest("request body is empty; expected a JSON object")

@@ -36,10 +36,15 @@
 //     harmless) or the memory tool with memory on.
 //   - Refused with 400 invalid_request_error: invalid JSON (the message gives line, column and
 //     byte offset), invalid UTF-8, nesting deeper than 10000, a body that is not an object, a
-//     duplicated top-level key the rules read (the API might read the other copy), and wrong types
-//     in the fields the rules touch.
+//     duplicated top-level key (the API might read the other copy), and wrong types in the fields
+//     the rules touch. Inside messages, system and tools, which hold nearly all of a long
+//     transcript, only what the proxy relies on is checked: where each value ends (strings end at
+//     an unescaped quote), balanced brackets and the nesting bound. A bad escape, a raw control
+//     character or invalid UTF-8 in their strings is left to the API, which validates every
+//     request in full: checking it here would cost a second full pass over every large body.
 //
-// Every byte the rules do not own is kept: the body is validated and its top-level members found
-// in one pass, the new values are computed with gjson on those members and spliced into a single
-// new buffer (no sjson pass over the whole body; sjson only edits single small edit objects).
+// Every byte the rules do not own is kept: the body is checked and its top-level members found
+// in one pass, the new values are computed with gjson on those members and spliced in (no sjson
+// pass over the whole body; sjson only edits single small edit objects). The proxy sends the
+// result as pieces that alias the body (RewriteParts); Rewrite builds it as one new buffer.
 package policy

@@ -128,7 +128,7 @@ func (p *Policy) rewrite(body []byte, h http.Header, inBatch bool) ([]splice, Re
 
 	var mbuf [16]topMember
 	members := mbuf[:0]
-	members, start, rootEnd, serr := scanBody(body, members)
+	members, start, rootEnd, serr := scanBody(body, members, scanSkimBulk)
 	if serr != nil {
 		if serr.off == 0 && len(trimRightSpace(s)) == 0 {
 			return nil, info, badRequest("request body is empty; expected a JSON object")

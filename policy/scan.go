@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math/bits"
@@ -24,12 +25,30 @@ type scanError struct {
 	msg string
 }
 
-// scanBody validates the whole body in one pass (RFC 8259, strings must be valid UTF-8) and, when
-// the top-level value is an object, appends its members to members and returns them (returned, not
-// stored through a pointer, so a caller's array for them stays on its stack). It replaces gjson.Valid on the
-// hot path because it is faster on long strings (8 bytes at a time), says where a body goes wrong,
-// and hands Rewrite the top-level members without a second pass.
-func scanBody(b []byte, members []topMember) (_ []topMember, rootStart, rootEnd int, err *scanError) {
+// scanMode says how much of a body scanBody checks.
+type scanMode uint8
+
+const (
+	// scanAll validates the whole body (RFC 8259, strings valid UTF-8).
+	scanAll scanMode = iota
+	// scanSkimBulk validates everything but the values of the bulk members (bulkKey): those are
+	// only skimmed, for their extent, their nesting depth and balanced brackets, string contents
+	// skipped in bulk. The API validates the body in full; what the proxy must get right itself
+	// (where each member ends, nesting, duplicate keys, the members it reads) is still checked.
+	scanSkimBulk
+)
+
+// bulkKey reports whether a top-level member is bulk: large, and read by the proxy only through
+// gjson lookups that tolerate what a skim does not check (messages, system, tools). These hold
+// nearly all of a long transcript's bytes; validating them would cost the proxy a full pass.
+func bulkKey(k string) bool { return k == "messages" || k == "system" || k == "tools" }
+
+// scanBody checks the body in one pass, per mode, and, when the top-level value is an object,
+// appends its members to members and returns them (returned, not stored through a pointer, so a
+// caller's array for them stays on its stack). It replaces gjson.Valid on the hot path because it
+// says where a body goes wrong, skips what the proxy need not validate, and hands Rewrite the
+// top-level members without a second pass.
+func scanBody(b []byte, members []topMember, mode scanMode) (_ []topMember, rootStart, rootEnd int, err *scanError) {
 	var stackBuf [64]byte
 	stack := stackBuf[:0]
 	var top byte
@@ -145,16 +164,97 @@ key:
 		if i, esc, e = scanString(b, i+1); e != nil {
 			return members, 0, 0, e
 		}
+		skim := false
 		if len(stack) == 1 && rootObject {
 			members = append(members, topMember{keyStart: start, keyEnd: i, keyEsc: esc})
+			skim = mode == scanSkimBulk && !esc && bulkKey(string(b[start+1:i-1]))
 		}
+		i = skipWS(b, i)
+		if i >= len(b) || b[i] != ':' {
+			return fail(i, "after object key")
+		}
+		i = skipWS(b, i+1)
+		// Scalars are short: only a string, array or object is skimmed.
+		if !skim || i >= len(b) || b[i] != '"' && b[i] != '[' && b[i] != '{' {
+			goto value
+		}
+		members[len(members)-1].valStart = i
+		if i, e = skimValue(b, i, len(stack)); e != nil {
+			return members, 0, 0, e
+		}
+		goto after
 	}
-	i = skipWS(b, i)
-	if i >= len(b) || b[i] != ':' {
-		return fail(i, "after object key")
+}
+
+// structural marks the bytes skimValue stops at inside a container.
+var structural = [256]bool{'"': true, '{': true, '}': true, '[': true, ']': true}
+
+// skimValue returns the offset after the string, array or object at i, which sits at nesting depth
+// depth. It checks only what fixes the value's extent: strings end at an unescaped quote, brackets
+// balance and match, nesting stays within maxDepth.
+func skimValue(b []byte, i, depth int) (int, *scanError) {
+	if b[i] == '"' {
+		return skimString(b, i+1)
 	}
-	i = skipWS(b, i+1)
-	goto value
+	var stackBuf [64]byte
+	stack := stackBuf[:0]
+	for i < len(b) {
+		for i < len(b) && !structural[b[i]] {
+			i++
+		}
+		if i == len(b) {
+			break
+		}
+		switch c := b[i]; c {
+		case '"':
+			var e *scanError
+			if i, e = skimString(b, i+1); e != nil {
+				return i, e
+			}
+			continue
+		case '{', '[':
+			if depth+len(stack) >= maxDepth {
+				return i, &scanError{i, fmt.Sprintf("nesting deeper than %d levels", maxDepth)}
+			}
+			stack = append(stack, c)
+		default: // '}' or ']'
+			if open := stack[len(stack)-1]; open == '{' && c != '}' || open == '[' && c != ']' {
+				what := "after array element"
+				if open == '{' {
+					what = "after object key:value pair"
+				}
+				return i, &scanError{i, "invalid character " + quoteChar(c) + " " + what}
+			}
+			stack = stack[:len(stack)-1]
+			if len(stack) == 0 {
+				return i + 1, nil
+			}
+		}
+		i++
+	}
+	return len(b), &scanError{len(b), "unexpected end of JSON input"}
+}
+
+// skimString returns the offset after the string whose opening quote is at i-1: the first quote
+// not escaped by an odd run of backslashes, found with bytes.IndexByte (vectorised), contents
+// unchecked.
+func skimString(b []byte, i int) (int, *scanError) {
+	start := i
+	for {
+		q := bytes.IndexByte(b[i:], '"')
+		if q < 0 {
+			return len(b), &scanError{len(b), "unexpected end of JSON input"}
+		}
+		q += i
+		k := q
+		for k > start && b[k-1] == '\\' {
+			k--
+		}
+		if (q-k)%2 == 0 {
+			return q + 1, nil
+		}
+		i = q + 1
+	}
 }
 
 const (

@@ -2,6 +2,8 @@ package policy
 
 import (
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -40,7 +42,7 @@ func TestScanBody(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var m []topMember
-			_, _, _, err := scanBody([]byte(tc.in), m)
+			_, _, _, err := scanBody([]byte(tc.in), m, scanAll)
 			if tc.off < 0 {
 				if err != nil {
 					t.Fatalf("valid JSON refused: %+v", err)
@@ -60,11 +62,11 @@ func TestScanBody(t *testing.T) {
 func TestScanDepth(t *testing.T) {
 	var m []topMember
 	ok := strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth)
-	if _, _, _, err := scanBody([]byte(ok), m); err != nil {
+	if _, _, _, err := scanBody([]byte(ok), m, scanAll); err != nil {
 		t.Fatalf("depth %d refused: %+v", maxDepth, err)
 	}
 	deep := `{"a":` + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + `}`
-	_, _, _, err := scanBody([]byte(deep), m)
+	_, _, _, err := scanBody([]byte(deep), m, scanAll)
 	if err == nil || !strings.Contains(err.msg, "nesting deeper") {
 		t.Fatalf("100000 levels: got %+v", err)
 	}
@@ -82,16 +84,24 @@ func FuzzScan(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m []topMember
-		m, start, end, err := scanBody(b, m)
+		m, start, end, err := scanBody(b, m, scanAll)
 		want := json.Valid(b) && utf8.Valid(b)
 		if (err == nil) != want {
 			t.Fatalf("scanBody(%q) error %+v, encoding/json+utf8 valid=%v", b, err, want)
 		}
+		sm, sstart, send, serr := scanBody(b, nil, scanSkimBulk)
 		if err != nil {
 			if err.off < 0 || err.off > len(b) {
 				t.Fatalf("offset %d outside the body", err.off)
 			}
+			if serr != nil && (serr.off < 0 || serr.off > len(b)) {
+				t.Fatalf("skim offset %d outside the body", serr.off)
+			}
 			return
+		}
+		// What the full scan accepts the skim accepts, with the same members.
+		if serr != nil || sstart != start || send != end || !slices.Equal(sm, m) {
+			t.Fatalf("skim of valid %q: %+v %d %d %v, full scan: %d %d %v", b, serr, sstart, send, sm, start, end, m)
 		}
 		if !gjson.ValidBytes(b) {
 			t.Fatalf("gjson disagrees on %q", b)
@@ -112,4 +122,43 @@ func FuzzScan(f *testing.F) {
 			t.Fatalf("members of %q:\n got %q\nwant %q", b, got, wantM)
 		}
 	})
+}
+
+func TestScanSkimBulk(t *testing.T) {
+	deep := `{"messages":` + strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth) + `}`
+	for _, tc := range []struct {
+		name, in string
+		off      int // -1: accepted
+		msg      string
+	}{
+		{"content errors in messages are the API's", "{\"messages\":[{\"content\":\"\\q \x01 \xff\"}, 01, tru]}", -1, ""},
+		{"content errors in system and tools are the API's", "{\"system\":\"\\x\",\"tools\":[{\"name\":\"\xfe\"}]}", -1, ""},
+		{"an escaped quote does not end a string", `{"messages":["a\"]"]}`, -1, ""},
+		{"an escaped backslash before a quote ends it", `{"messages":["a\\"]}`, -1, ""},
+		{"three backslashes and a quote do not end it", `{"messages":["a\\\"]"]}`, -1, ""},
+		{"other members are validated in full", `{"model":"\q","messages":[]}`, 11, "invalid character 'q' in string escape code"},
+		{"a scalar bulk value is validated in full", `{"tools":n }`, 10, "invalid character ' ' in literal null (expecting 'null')"},
+		{"mismatched brackets in messages", `{"messages":[{"a":1]]}`, 19, "invalid character ']' after object key:value pair"},
+		{"unterminated string in messages", `{"messages":["abc\"]}`, 21, "unexpected end of JSON input"},
+		{"unclosed array in messages", `{"messages":[[1]`, 16, "unexpected end of JSON input"},
+		{"garbage after a skimmed value", `{"messages":[] x}`, 15, "invalid character 'x' after object key:value pair"},
+		{"nesting in messages is bounded", deep, len(`{"messages":`) + maxDepth - 1, fmt.Sprintf("nesting deeper than %d levels", maxDepth)},
+		{"an escaped key is validated in full", `{"m\u0065ssages":["\q"]}`, 20, "invalid character 'q' in string escape code"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, _, err := scanBody([]byte(tc.in), nil, scanSkimBulk)
+			if tc.off < 0 {
+				if err != nil {
+					t.Fatalf("refused: %+v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if err.off != tc.off || err.msg != tc.msg {
+				t.Fatalf("got %d %q, want %d %q", err.off, err.msg, tc.off, tc.msg)
+			}
+		})
+	}
 }

@@ -180,7 +180,9 @@ func (t *Tracer) StartChat(ctx context.Context, req ChatRequest) (context.Contex
 		attrs = append(attrs, attribute.StringSlice(AttrEditsWritten, req.Edits))
 	}
 	if req.InputMessages != "" {
-		attrs = append(attrs, attribute.String(AttrInputMessages, req.InputMessages))
+		// The proxy leaves the messages' contents to the API to validate; an
+		// exporter refuses a batch with a string that is not UTF-8.
+		attrs = append(attrs, attribute.String(AttrInputMessages, strings.ToValidUTF8(req.InputMessages, "\uFFFD")))
 	}
 	ctx, sp := t.t.Start(ctx, op+" "+req.Model, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 	return ctx, Span{sp}

@@ -126,3 +126,30 @@ func TestExportBothProtocols(t *testing.T) {
 		})
 	}
 }
+
+// The proxy leaves message contents to the API to validate, so recorded input messages may hold
+// bytes that are not UTF-8; the exporter would refuse the whole batch for one such string.
+func TestInputMessagesNotUTF8StillExport(t *testing.T) {
+	rc, endpoint := otlptest.StartHTTP(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	tr, err := tracing.FromEnv(context.Background(), nil, "v-test")
+	if err != nil || tr == nil {
+		t.Fatalf("FromEnv = %v, %v", tr, err)
+	}
+	r := httptest.NewRequest("POST", "/v1/messages", nil)
+	ctx, srv := tr.StartServer(r, "/v1/messages")
+	_, chat := tr.StartChat(ctx, tracing.ChatRequest{Model: "m", InputMessages: "[{\"role\":\"user\",\"content\":\"caf\xe9\"}]"})
+	chat.EndChat(tracing.ChatResponse{Status: 200})
+	srv.End()
+	if err := tr.Shutdown(context.Background()); err != nil {
+		t.Fatalf("export with a non-UTF-8 input message: %v", err)
+	}
+	spans := rc.Spans()
+	if len(spans) != 2 {
+		t.Fatalf("got %d spans, want 2", len(spans))
+	}
+	if got := spans[1].Attrs["gen_ai.input.messages"]; got != "[{\"role\":\"user\",\"content\":\"caf\uFFFD\"}]" {
+		t.Errorf("gen_ai.input.messages = %q", got)
+	}
+}
