@@ -254,6 +254,7 @@ type child struct {
 	addr    string // host:port it serves on
 	admin   string // host:port of pprof and /debug/stats
 	errPath string // its stderr
+	tree    bool   // a master and its worker processes (nginx): figures sum them all
 	flush   func() // writes out buffered stderr, if any
 	end     func() // stops it and waits
 	once    sync.Once
@@ -397,9 +398,53 @@ func (c *child) stderrTail() string {
 // stop ends the child and waits for it.
 func (c *child) stop() { c.once.Do(c.end) }
 
-// procStatus reads a field in kB of /proc/PID/status, in bytes.
+// pids is the process and, for a process tree (nginx's master and its
+// workers), its children: what the row's CPU and memory figures sum.
+func (c *child) pids() []int {
+	if !c.tree {
+		return []int{c.pid}
+	}
+	return append([]int{c.pid}, childPids(c.pid)...)
+}
+
+// childPids lists pid's child processes: the kernel's children file of its
+// main thread (where nginx's master forks its workers), else a scan of /proc.
+func childPids(pid int) []int {
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)); err == nil {
+		var out []int
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if f := statFields(n); len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// procStatus sums a field in kB of /proc/PID/status over the child's
+// processes, in bytes.
 func (c *child) procStatus(field string) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.pid))
+	var sum int64
+	for _, pid := range c.pids() {
+		sum += procStatusField(pid, field)
+	}
+	return sum
+}
+
+func procStatusField(pid int, field string) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
@@ -419,28 +464,50 @@ func (c *child) procStatus(field string) int64 {
 // Linux the bench runs on (the kernel's ABI fixes it for user space).
 const clockTick = 10 * time.Millisecond
 
-// cpu is the user+system time the process has used, from /proc/PID/stat
-// (0 where there is none).
+// cpu is the user+system time the child's processes have used, from
+// /proc/PID/stat (0 where there is none). A tree also counts what its root
+// has reaped (cutime, cstime): a worker that exited mid-run still counts.
 func (c *child) cpu() time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.pid))
-	if err != nil {
+	var sum time.Duration
+	for _, pid := range c.pids() {
+		sum += procCPU(pid, c.tree && pid == c.pid)
+	}
+	return sum
+}
+
+func procCPU(pid int, reaped bool) time.Duration {
+	f := statFields(pid)
+	if len(f) < 15 { // state is field 3; utime, stime, cutime, cstime are 14 to 17
 		return 0
+	}
+	var ticks int64
+	idx := []int{11, 12}
+	if reaped {
+		idx = append(idx, 13, 14)
+	}
+	for _, i := range idx {
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return 0
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * clockTick
+}
+
+// statFields are the fields of /proc/PID/stat after the command name, from
+// the state (field 3) on; nil when the process is gone.
+func statFields(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
 	}
 	// The command name, in parentheses, may hold spaces: count fields after it.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0
+		return nil
 	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 { // state is field 3; utime and stime are 14 and 15
-		return 0
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0
-	}
-	return time.Duration(ut+st) * clockTick
+	return strings.Fields(string(b[i+1:]))
 }
 
 func (c *child) hwm() int64 { return c.procStatus("VmHWM") }
@@ -449,6 +516,9 @@ func (c *child) rss() int64 { return c.procStatus("VmRSS") }
 var adminClient = &http.Client{Timeout: 30 * time.Second}
 
 func (c *child) closeIdle() {
+	if c.admin == "" {
+		return
+	}
 	if resp, err := adminClient.Get("http://" + c.admin + "/debug/closeidle"); err == nil {
 		resp.Body.Close()
 	}
@@ -456,6 +526,9 @@ func (c *child) closeIdle() {
 
 func (c *child) stats(gc bool) (childStats, error) {
 	var s childStats
+	if c.admin == "" {
+		return s, fmt.Errorf("%s serves no /debug/stats", c.name)
+	}
 	u := "http://" + c.admin + "/debug/stats"
 	if gc {
 		u += "?gc=1"

@@ -82,7 +82,8 @@ func main() {
 	flag.DurationVar(&c.longDur, "long-duration", 5*time.Minute, "length of the -long run")
 	flag.StringVar(&c.out, "out", "", "also write the markdown to this file")
 	flag.StringVar(&c.pprofDir, "pprof", "", "save CPU and alloc profiles of the proxy processes into this folder")
-	flag.StringVar(&c.rows, "rows", "", "comma-separated row ids to run (default all but the opt-in 4cp and 4cr, which need PostgreSQL and Redis: 1,1r,2,2p,3,4,5,4i,4c)")
+	flag.StringVar(&c.rows, "rows", "", "comma-separated row ids to run (default all but the opt-in 4cp and 4cr, which need PostgreSQL and Redis: "+
+		"1,1r,2,2p,3,4,5,4i,4c,N; N needs nginx and is skipped without it)")
 	flag.StringVar(&c.loads, "loads", "", "comma-separated loads to run (default all: small,large,streams)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work folder (logs, ledgers, policies)")
 	flag.IntVar(&c.repeat, "repeat", 1, "run every load this many times, rows interleaved, and report each cell's median run (the machine is shared)")
@@ -175,7 +176,7 @@ func benchPolicies() map[string]string {
 
 type rowSpec struct {
 	id, name string
-	kind     string // direct | bare | ctxproxy
+	kind     string // direct | bare | nginx | ctxproxy
 	pool     bool   // bare: with a BufferPool
 	key      string
 	memory   bool
@@ -205,7 +206,14 @@ var allRows = []rowSpec{
 		optIn: true, args: []string{"--limits-store", "PG"}},
 	{id: "4cr", name: "ctxproxy as 4cp, limiter in Redis", kind: "ctxproxy", key: keyLimited, loads: []string{"small"},
 		optIn: true, args: []string{"--limits-store", "PG", "--ratelimit-store", "REDIS"}},
+	// Issue 20's third proxy: nginx in front of the same fake (the name is
+	// set at run time with its version and workers; skipped without nginx).
+	{id: "N", name: "nginx proxy_pass, keepalive, buffering off", kind: "nginx", key: keyEnforce},
 }
+
+// profiled: the row's server serves pprof and is profiled with -pprof (the
+// fake and nginx are not).
+func profiled(row rowSpec) bool { return row.kind == "bare" || row.kind == "ctxproxy" }
 
 var allLoads = []string{"small", "large", "streams"}
 
@@ -228,6 +236,9 @@ type cell struct {
 	goroutinesPerOpen float64
 	eventsPer         int
 	completed         int
+
+	tag     string // the servers' name in the work folder
+	workers int    // nginx: its worker processes
 }
 
 type runner struct {
@@ -235,6 +246,8 @@ type runner struct {
 	work    string
 	polDir  string
 	bin     string // the ctxproxy binary
+	nginx   string // the nginx binary ("" when there is none)
+	skipped []string
 	bodies  map[string][]byte
 	cells   []*cell
 	started time.Time
@@ -279,7 +292,7 @@ func run(c config) (string, error) {
 		"large":   largeBody(c.largeSize, c.largeTurns, false),
 		"streams": smallBody(c.smallSize, true),
 	}
-	rows := pick(allRows, c.rows)
+	rows := r.prepare(pick(allRows, c.rows))
 	loads := allLoads
 	if c.loads != "" {
 		loads = strings.Split(c.loads, ",")
@@ -338,6 +351,24 @@ func median(cs []*cell) *cell {
 	return ok[len(ok)/2]
 }
 
+// prepare finds what the picked rows need: nginx (row N is skipped, with a
+// line in the report, when it is not installed; its name says the version
+// and workers that ran).
+func (r *runner) prepare(rows []rowSpec) []rowSpec {
+	var out []rowSpec
+	for _, row := range rows {
+		if row.kind == "nginx" {
+			if r.nginx = nginxBinary(); r.nginx == "" {
+				r.skipped = append(r.skipped, "row N (nginx) skipped: nginx is not installed (looked for $CTXPROXY_BENCH_NGINX, /usr/sbin/nginx, nginx in PATH)")
+				continue
+			}
+			row.name = nginxRowName(nginxVersion(r.nginx), nginxWorkers())
+		}
+		out = append(out, row)
+	}
+	return out
+}
+
 func pick(rows []rowSpec, ids string) []rowSpec {
 	if ids == "" {
 		var out []rowSpec
@@ -384,6 +415,8 @@ func (r *runner) servers(row rowSpec, tag string) (fake, srv *child, err error) 
 			args = append(args, "-pool")
 		}
 		srv, err = startChild(r.work, tag+"-bare", args...)
+	case "nginx":
+		srv, err = startNginx(r.work, tag+"-nginx", r.nginx, fake.addr)
 	case "ctxproxy":
 		dir := filepath.Join(r.work, tag)
 		if err = os.MkdirAll(dir, 0o755); err != nil {
@@ -406,8 +439,8 @@ func (r *runner) servers(row rowSpec, tag string) (fake, srv *child, err error) 
 }
 
 func (r *runner) runCell(row rowSpec, load string) *cell {
-	cl := &cell{row: row, load: load}
 	tag := "row" + row.id + "-" + load
+	cl := &cell{row: row, load: load, tag: tag}
 	fake, srv, err := r.servers(row, tag)
 	if err != nil {
 		cl.err = err
@@ -415,6 +448,7 @@ func (r *runner) runCell(row rowSpec, load string) *cell {
 	}
 	defer fake.stop()
 	defer srv.stop()
+	cl.workers = len(srv.pids()) - 1
 	t := target{url: srv.url(), key: row.key, memory: row.memory}
 	ctx := context.Background()
 	body := r.bodies[load]
@@ -437,7 +471,7 @@ func (r *runner) runCell(row rowSpec, load string) *cell {
 	}
 	warm := r.c.duration / 8
 	var prof sync.WaitGroup
-	if r.c.pprofDir != "" && row.kind != "direct" {
+	if r.c.pprofDir != "" && profiled(row) {
 		secs := max(int((r.c.duration+warm)/time.Second)-1, 1)
 		prof.Add(1)
 		go func() {
@@ -453,7 +487,7 @@ func (r *runner) runCell(row rowSpec, load string) *cell {
 	res := closedLoop(ctx, client, t, body, conc, warm, r.c.duration, 0)
 	cl.cpu, cl.cpuN = srv.cpu()-cpu0, res.n // the warmup's requests are in the time: a slight overestimate
 	prof.Wait()
-	if r.c.pprofDir != "" && row.kind != "direct" {
+	if r.c.pprofDir != "" && profiled(row) {
 		srv.saveProfile(ctx, "allocs", filepath.Join(r.c.pprofDir, tag+".allocs.pprof"))
 	}
 	cl.rps, cl.n, cl.errs = res.rps(), res.n, res.errs
@@ -488,13 +522,13 @@ func (r *runner) streamCell(ctx context.Context, cl *cell, srv *child, t target,
 	onOpen := func() {
 		openStats, _ = srv.stats(false)
 		openRSS = srv.rss()
-		if r.c.pprofDir != "" && cl.row.kind != "direct" {
+		if r.c.pprofDir != "" && profiled(cl.row) {
 			srv.saveProfile(ctx, "heap?gc=1", filepath.Join(r.c.pprofDir, tag+".open.heap.pprof"))
 		}
 		close(gotOpen)
 	}
 	var prof sync.WaitGroup
-	if r.c.pprofDir != "" && cl.row.kind != "direct" {
+	if r.c.pprofDir != "" && profiled(cl.row) {
 		secs := max(int(time.Duration(r.c.events)*r.c.eventDelay/time.Second), 1)
 		prof.Add(1)
 		go func() {
@@ -507,7 +541,7 @@ func (r *runner) streamCell(ctx context.Context, cl *cell, srv *child, t target,
 	res := streams(ctx, client, t, body, n, timeout, onOpen)
 	cl.cpu, cl.cpuN = srv.cpu()-cpu0, res.n
 	prof.Wait()
-	if r.c.pprofDir != "" && cl.row.kind != "direct" {
+	if r.c.pprofDir != "" && profiled(cl.row) {
 		srv.saveProfile(ctx, "allocs", filepath.Join(r.c.pprofDir, tag+".allocs.pprof"))
 	}
 	select {
@@ -580,15 +614,16 @@ func (r *runner) interleaved(rows []rowSpec, load string) []*cell {
 	}()
 	var out []*cell
 	for _, row := range rows {
-		l := &live{cl: &cell{row: row, load: load}, body: r.bodies[load]}
-		out = append(out, l.cl)
 		tag := "row" + row.id + "-" + load
+		l := &live{cl: &cell{row: row, load: load, tag: tag}, body: r.bodies[load]}
+		out = append(out, l.cl)
 		fake, srv, err := r.servers(row, tag)
 		if err != nil {
 			l.cl.err = err
 			continue
 		}
 		l.fake, l.srv = fake, srv
+		l.cl.workers = len(srv.pids()) - 1
 		l.t = target{url: srv.url(), key: row.key, memory: row.memory}
 		if row.rewritten {
 			if l.body, l.t.beta, err = r.rewritten(l.body); err != nil {
@@ -611,7 +646,7 @@ func (r *runner) interleaved(rows []rowSpec, load string) []*cell {
 	if r.c.pprofDir != "" {
 		secs := max(int(time.Duration(len(ls))*r.c.duration/time.Second), 1)
 		for _, l := range ls {
-			if l.cl.row.kind == "direct" {
+			if !profiled(l.cl.row) {
 				continue
 			}
 			prof.Add(1)
@@ -646,7 +681,7 @@ func (r *runner) interleaved(rows []rowSpec, load string) []*cell {
 	prof.Wait()
 	phase(1, r.c.duration/2, func(l *live) *loadResult { return &l.lat })
 	for _, l := range ls {
-		if r.c.pprofDir != "" && l.cl.row.kind != "direct" {
+		if r.c.pprofDir != "" && profiled(l.cl.row) {
 			l.srv.saveProfile(ctx, "allocs", filepath.Join(r.c.pprofDir, "row"+l.cl.row.id+"-"+load+".allocs.pprof"))
 		}
 		slices.Sort(l.thr.lat)

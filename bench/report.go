@@ -190,9 +190,14 @@ func (r *runner) markdown(micro []microResult) string {
 		"(a send timestamp in the text delta) to the client reading it. × bare for streams is the event p99 minus the bare proxy's. " +
 		"mem/stream is the server's RSS growth with all streams open, divided by their number (the target is checked on live heap+stacks, below, which does not depend on GC headroom). Row 5 makes two upstream calls per request " +
 		"(one memory round), so its latency includes a second upstream round trip.\n")
+	for _, l := range r.skipped {
+		b.WriteString("\n" + l + "\n")
+	}
 	if len(errs) > 0 {
 		b.WriteString("\nErrors:\n\n" + strings.Join(errs, "\n") + "\n")
 	}
+
+	r.rowNotes(&b)
 
 	b.WriteString("\n### Hot functions (in-process)\n\n| function | body | ns/op | B/op | allocs/op | B/op ÷ body |\n|---|--:|--:|--:|--:|--:|\n")
 	for _, m := range micro {
@@ -208,76 +213,7 @@ func (r *runner) markdown(micro []microResult) string {
 			fmtDur(time.Duration(m.nsPerOp)), m.bytesPerOp, m.allocsPerOp, ratio)
 	}
 
-	b.WriteString("\n### Targets\n\n")
-	check := func(ok bool) string {
-		if ok {
-			return "PASS"
-		}
-		return "MISS"
-	}
-	ratio := func(row, load string) (float64, bool) {
-		cl, bare := r.find(row, load), r.bare(load)
-		if cl == nil || bare == nil || bare.rps == 0 {
-			return 0, false
-		}
-		return cl.rps / bare.rps, true
-	}
-	if v, ok := ratio("4", "small"); ok {
-		fmt.Fprintf(&b, "- %s enforcing ≥ 0.9× bare req/s, small bodies: %.2f×\n", check(v >= 0.9), v)
-	}
-	if v, ok := ratio("4", "large"); ok {
-		fmt.Fprintf(&b, "- %s enforcing ≥ 0.8× bare req/s, 1 MB bodies: %.2f×\n", check(v >= 0.8), v)
-	}
-	cpuRatio := func(row, load string) (float64, bool) {
-		cl, bare := r.find(row, load), r.bare(load)
-		if cl == nil || bare == nil || cl.cpuN == 0 || bare.cpuN == 0 || bare.cpu == 0 {
-			return 0, false
-		}
-		return (float64(cl.cpu) / float64(cl.cpuN)) / (float64(bare.cpu) / float64(bare.cpuN)), true
-	}
-	if v, ok := cpuRatio("4", "small"); ok {
-		fmt.Fprintf(&b, "- %s enforcing + memory tool, CPU per request ≤ 1.10× the pooled bare proxy's, small bodies: %.2f×\n", check(v <= 1.10), v)
-	}
-	if v, ok := cpuRatio("4", "large"); ok {
-		fmt.Fprintf(&b, "- %s enforcing + memory tool, CPU per request ≤ 1.25× the pooled bare proxy's, 1 MB bodies: %.2f×\n", check(v <= 1.25), v)
-	}
-	// The fake shares the machine, and a body with context_management costs it
-	// more (it applies the edits): row 1r / row 1 is that share. Dividing it
-	// out leaves what the proxy itself costs.
-	for _, load := range []string{"small", "large"} {
-		v, ok := ratio("4", load)
-		d, dr := r.find("1", load), r.find("1r", load)
-		if ok && d != nil && dr != nil && d.rps > 0 {
-			up := dr.rps / d.rps
-			fmt.Fprintf(&b, "- (%s: the upstream alone serves the rewritten body at %.2f× its rate for the original (row 1r / row 1); "+
-				"row 4 ÷ that = %.2f× bare: the proxy's own share)\n", load, up, v/up)
-		}
-	}
-	for _, m := range micro {
-		if strings.HasSuffix(m.name, "large") && m.err == nil {
-			fmt.Fprintf(&b, "- %s rewriting the %s body < 2 ms: %s\n", check(m.nsPerOp < 2e6), fmtBytes(int64(m.size)), fmtDur(time.Duration(m.nsPerOp)))
-			fmt.Fprintf(&b, "- %s rewriting allocates ≤ 3× the body: %.2f×\n", check(m.bytesPerOp <= 3*float64(m.size)), m.bytesPerOp/float64(m.size))
-		}
-	}
-	bare := r.bare("streams")
-	for _, id := range []string{"3", "4", "5"} {
-		if cl := r.find(id, "streams"); cl != nil && bare != nil {
-			d := cl.p99 - bare.p99
-			fmt.Fprintf(&b, "- %s row %s: event p99 ≤ bare + 200µs: %s vs %s (%s)\n", check(d <= 200*time.Microsecond), id,
-				fmtDur(cl.p99), fmtDur(bare.p99), fmtDelta(d))
-		}
-	}
-	for _, id := range []string{"4", "5"} {
-		if cl := r.find(id, "streams"); cl != nil {
-			fmt.Fprintf(&b, "- %s row %s: memory per open stream < 64 KiB: live heap+stacks %s (RSS growth %s, %.1f goroutines per stream)\n",
-				check(cl.heapPerStream > 0 && cl.heapPerStream < 64<<10), id, fmtBytes(cl.heapPerStream), fmtBytes(cl.memPerStream), cl.goroutinesPerOpen)
-		}
-	}
-	if bare != nil {
-		fmt.Fprintf(&b, "- (bare proxy per open stream, for scale: live heap+stacks %s, RSS growth %s, %.1f goroutines)\n",
-			fmtBytes(bare.heapPerStream), fmtBytes(bare.memPerStream), bare.goroutinesPerOpen)
-	}
-	b.WriteString("- growth over 5 minutes: see `go run ./bench -long`\n")
+	r.targets(&b, micro)
 
 	b.WriteString("\n<details><summary>Throughput-phase latency (at the run's concurrency)</summary>\n\n| row | load | requests | p50 | p99 |\n|---|---|--:|--:|--:|\n")
 	for _, cl := range r.cells {
