@@ -83,7 +83,7 @@ func main() {
 	flag.StringVar(&c.out, "out", "", "also write the markdown to this file")
 	flag.StringVar(&c.pprofDir, "pprof", "", "save CPU and alloc profiles of the proxy processes into this folder")
 	flag.StringVar(&c.rows, "rows", "", "comma-separated row ids to run (default all but the opt-in 4cp and 4cr, which need PostgreSQL and Redis: "+
-		"1,1r,2,2p,3,4,5,4i,4c,N; N needs nginx and is skipped without it)")
+		"1,1r,2,2p,3,4,5,4i,4c,N,5i; N needs nginx and is skipped without it)")
 	flag.StringVar(&c.loads, "loads", "", "comma-separated loads to run (default all: small,large,streams)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work folder (logs, ledgers, policies)")
 	flag.IntVar(&c.repeat, "repeat", 1, "run every load this many times, rows interleaved, and report each cell's median run (the machine is shared)")
@@ -209,6 +209,10 @@ var allRows = []rowSpec{
 	// Issue 20's third proxy: nginx in front of the same fake (the name is
 	// set at run time with its version and workers; skipped without nginx).
 	{id: "N", name: "nginx proxy_pass, keepalive, buffering off", kind: "nginx", key: keyEnforce},
+	// Issue 20's memory round target: row 5 with its request log, which
+	// says how long each request waited on the upstream.
+	{id: "5i", name: "ctxproxy as 5, --log-level=info (its own time per memory round, from the request log)", kind: "ctxproxy",
+		key: keyMemory, memory: true, logLevel: "info", loads: []string{"small"}},
 }
 
 // profiled: the row's server serves pprof and is profiled with -pprof (the
@@ -239,6 +243,11 @@ type cell struct {
 
 	tag     string // the servers' name in the work folder
 	workers int    // nginx: its worker processes
+	// The proxy's own time (rows at --log-level=info, from the request
+	// log): per memory round when perRound, else per request.
+	perRound          bool
+	ownLoaded, ownOne ownTime
+	ownErr            error
 }
 
 type runner struct {
@@ -677,9 +686,13 @@ func (r *runner) interleaved(rows []rowSpec, load string) []*cell {
 			}
 		}
 	}
+	var ph phaseTimes
+	ph.loadStart = time.Now()
 	phase(conc, r.c.duration, func(l *live) *loadResult { return &l.thr })
 	prof.Wait()
+	ph.oneStart = time.Now()
 	phase(1, r.c.duration/2, func(l *live) *loadResult { return &l.lat })
+	ph.oneEnd = time.Now()
 	for _, l := range ls {
 		if r.c.pprofDir != "" && profiled(l.cl.row) {
 			l.srv.saveProfile(ctx, "allocs", filepath.Join(r.c.pprofDir, "row"+l.cl.row.id+"-"+load+".allocs.pprof"))
@@ -694,6 +707,10 @@ func (r *runner) interleaved(rows []rowSpec, load string) []*cell {
 		cl.cpu, cl.cpuN = l.cpu, l.thr.n+l.lat.n
 		if l.thr.errs+l.lat.errs > 0 {
 			cl.err = fmt.Errorf("%d errors, first: %v", l.thr.errs+l.lat.errs, cmp.Or(l.thr.firstErr, l.lat.firstErr))
+		}
+		if cl.row.kind == "ctxproxy" && cl.row.logLevel == "info" {
+			l.srv.stop() // its log, flushed
+			cl.ownErr = cl.ownFromLog(l.srv.errPath, ph)
 		}
 	}
 	return out

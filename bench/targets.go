@@ -34,6 +34,12 @@ func (r *runner) targets(b *strings.Builder, micro []microResult) {
 				check(m.nsPerOp < 5e5 && ratio <= 1.1), fmtBytes(int64(m.size)), fmtDur(time.Duration(m.nsPerOp)), ratio)
 		}
 	}
+	if cl := r.find("5i", "small"); cl != nil && cl.ownErr == nil && cl.ownOne.n > 0 {
+		fmt.Fprintf(b, "- %s memory proxy mode: the proxy's own time per memory round < 250 µs p50 on the file store "+
+			"(row 5i's request log, one worker): p50 %s, p99 %s over %d rounds (under load: p50 %s, p99 %s)\n",
+			check(cl.ownOne.p50 < 250*time.Microsecond), fmtDur(cl.ownOne.p50), fmtDur(cl.ownOne.p99), cl.ownOne.n,
+			fmtDur(cl.ownLoaded.p50), fmtDur(cl.ownLoaded.p99))
+	}
 	r.upstreamShare(b)
 
 	b.WriteString("\n### Earlier targets (issue 6), still checked\n\n")
@@ -123,7 +129,8 @@ func (r *runner) streamTargets(b *strings.Builder) {
 	}
 }
 
-// rowNotes says what the rows that need it measured: nginx's processes.
+// rowNotes says what the rows that need it measured: nginx's processes and
+// the proxy's own time from the request log.
 func (r *runner) rowNotes(b *strings.Builder) {
 	var lines []string
 	nginxSaid := false
@@ -150,6 +157,21 @@ func (r *runner) rowNote(cl *cell) string {
 		return fmt.Sprintf("nginx's master and %d workers (worker_processes = GOMAXPROCS), config in the work folder; "+
 			"CPU/req sums utime+stime of the master, its workers and what it reaped (/proc/PID/stat); "+
 			"peak RSS sums each process's VmHWM, so pages they share count once per process", cl.workers)
+	case row.logLevel == "info" && cl.load == "small":
+		return ownNote(cl)
 	}
 	return ""
+}
+
+func ownNote(cl *cell) string {
+	if cl.ownErr != nil {
+		return "proxy's own time: " + cl.ownErr.Error()
+	}
+	what := "the proxy's own time per request: duration − upstream_duration of its request log lines"
+	if cl.perRound {
+		what = "the proxy's own time per memory round: (duration − upstream_duration) ÷ (upstream_calls − 1) of its request log lines " +
+			"(2 upstream calls, 1 round per request here: the request's whole own time, its rewrite included, counts against its one round)"
+	}
+	return fmt.Sprintf("%s: one worker p50 %s, p99 %s (%d); under load p50 %s, p99 %s (%d)", what,
+		fmtDur(cl.ownOne.p50), fmtDur(cl.ownOne.p99), cl.ownOne.n, fmtDur(cl.ownLoaded.p50), fmtDur(cl.ownLoaded.p99), cl.ownLoaded.n)
 }
