@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -148,6 +149,9 @@ func adminMux(srv *http.Server) *http.ServeMux {
 //   - a request with X-Bench-Memory: 1 whose last turn does not answer a
 //     memory call gets one memory view call (memory proxy row: one memory
 //     round per request);
+//   - with X-Bench-Memory: write instead, the round writes: it creates a
+//     file of its own and deletes it (two versioned writes, and the
+//     tenant's files stay as they were, however long the run);
 //   - a streaming request gets one text block in events-6 deltas, each
 //     carrying its send time, EventDelay apart;
 //   - anything else a short text reply.
@@ -157,8 +161,14 @@ func newBenchFake(eventDelay time.Duration, events int) http.Handler {
 	stamped := strings.Repeat(stampPiece, chunks)
 	reply := fakeapi.Text("Done. The handler tests pass again: the router now keeps the trailing slash, " +
 		"and the two tests that depended on the old behaviour were updated accordingly.")
+	var writes atomic.Int64
 	api.SetResponder(func(r *fakeapi.Request) fakeapi.Reply {
-		if r.Header.Get("X-Bench-Memory") == "1" && !answersMemory(r) {
+		switch mem := r.Header.Get("X-Bench-Memory"); {
+		case mem == "" || answersMemory(r):
+		case mem == "write":
+			path := fmt.Sprintf("/memories/bench-%d.md", writes.Add(1))
+			return fakeapi.Reply{Content: []json.RawMessage{fakeapi.MemoryCreate(path, memoryNote), fakeapi.MemoryDelete(path)}}
+		default:
 			return fakeapi.Reply{Content: []json.RawMessage{fakeapi.MemoryView("/memories")}}
 		}
 		if r.Stream {
@@ -174,6 +184,12 @@ func newBenchFake(eventDelay time.Duration, events int) http.Handler {
 		api.ServeHTTP(&stampWriter{ResponseWriter: w}, r)
 	})
 }
+
+// memoryNote is what a write round's file holds: a note of the size a
+// model writes.
+const memoryNote = "# Build notes\n\n- The router keeps the trailing slash since the handler refactor; " +
+	"tests that assumed otherwise were updated.\n- Run `go test ./...` before committing; the race detector " +
+	"catches the cache's map writes.\n"
 
 // answersMemory: the last turn carries the result of a generated (memory) call.
 func answersMemory(r *fakeapi.Request) bool {
@@ -323,14 +339,15 @@ func startChild(workDir, name string, args ...string) (*child, error) {
 }
 
 // startCtxproxy runs the ctxproxy binary bin as a user would, with args
-// after its listening flags, and takes both addresses from its log.
-func startCtxproxy(workDir, name, bin string, args ...string) (*child, error) {
+// after its listening flags and env added to the bench's environment, and
+// takes both addresses from its log.
+func startCtxproxy(workDir, name, bin string, env []string, args ...string) (*child, error) {
 	errf, err := os.Create(filepath.Join(workDir, name+".stderr"))
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--debug-addr", "127.0.0.1:0"}, args...)...)
-	cmd.Env = withoutCtxproxyEnv(os.Environ())
+	cmd.Env = append(withoutCtxproxyEnv(os.Environ()), env...)
 	dieWithParent(cmd)
 	// Its log goes to the file in large writes, not a write(2) per line of
 	// a row at --log-level=info, in this process that drives the load.
@@ -355,12 +372,13 @@ func startCtxproxy(workDir, name, bin string, args ...string) (*child, error) {
 	return c, nil
 }
 
-// withoutCtxproxyEnv drops CTXPROXY_* variables, so only the bench's flags
-// configure the proxy under test.
+// withoutCtxproxyEnv drops CTXPROXY_* and OTEL_* variables, so only the
+// bench's flags configure the proxy under test (an OTLP endpoint in the
+// bench's environment would turn tracing on in every row).
 func withoutCtxproxyEnv(env []string) []string {
 	var out []string
 	for _, kv := range env {
-		if !strings.HasPrefix(kv, "CTXPROXY_") {
+		if !strings.HasPrefix(kv, "CTXPROXY_") && !strings.HasPrefix(kv, "OTEL_") {
 			out = append(out, kv)
 		}
 	}

@@ -20,6 +20,7 @@ type target struct {
 	url    string // base URL
 	key    string // x-api-key: picks the tenant
 	memory bool   // X-Bench-Memory: 1 (the fake makes one memory call)
+	write  bool   // with memory: X-Bench-Memory: write (the call writes, see newBenchFake)
 	warmup bool   // X-Bench-Warmup: 1 (the fake streams without event delay)
 	beta   string // anthropic-beta, when set
 }
@@ -41,7 +42,10 @@ func (t target) request(ctx context.Context, body []byte) *http.Request {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Anthropic-Version", "2023-06-01")
 	req.Header.Set("X-Api-Key", t.key)
-	if t.memory {
+	switch {
+	case t.memory && t.write:
+		req.Header.Set("X-Bench-Memory", "write")
+	case t.memory:
 		req.Header.Set("X-Bench-Memory", "1")
 	}
 	if t.beta != "" {

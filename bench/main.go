@@ -3,9 +3,11 @@
 // run, drives the same load at the fake directly, a bare
 // httputil.ReverseProxy, and ctxproxy with three tenants (policy off;
 // enforcing edits and injecting the memory tool; memory proxy mode with one
-// memory call per request), then prints one markdown table.
+// memory call per request), nginx when it is installed, and what caps,
+// tracing and memory history cost (issue 20), then prints one markdown
+// table.
 //
-//	go run ./bench -quick            # under a minute
+//	go run ./bench -quick            # a minute or two
 //	go run ./bench -out bench/RESULTS.md
 //	go run ./bench -long             # 5-minute goroutine/memory growth run
 //	go run ./bench -pprof /tmp/prof  # CPU and alloc profiles of every proxy cell
@@ -13,8 +15,10 @@
 // Every server under test runs as its own process, started fresh for each
 // row and load, so peak RSS (VmHWM) is that server's alone: ctxproxy is the
 // real binary, built once per run and started with its own flags; the fake
-// upstream and the bare proxy are this binary re-executed. Load generation is in this process: a bounded worker pool on one
-// shared http.Transport, all on 127.0.0.1.
+// upstream and the bare proxy are this binary re-executed; nginx is the
+// system's, with a config of the bench's. Load generation is in this
+// process: a bounded worker pool on one shared http.Transport, all on
+// 127.0.0.1.
 package main
 
 import (
@@ -68,7 +72,7 @@ func main() {
 		return
 	}
 	var c config
-	flag.BoolVar(&c.quick, "quick", false, "short phases: the whole run finishes in under a minute")
+	flag.BoolVar(&c.quick, "quick", false, "short phases (1 s per row and load): the whole run takes a minute or two")
 	flag.DurationVar(&c.duration, "duration", 8*time.Second, "length of each throughput phase (the unloaded latency phase is half)")
 	flag.IntVar(&c.concurrency, "concurrency", 32, "workers of the small-body throughput phase")
 	flag.IntVar(&c.largeConc, "large-concurrency", 8, "workers of the large-body throughput phase (each holds a 1 MB body)")
@@ -83,7 +87,7 @@ func main() {
 	flag.StringVar(&c.out, "out", "", "also write the markdown to this file")
 	flag.StringVar(&c.pprofDir, "pprof", "", "save CPU and alloc profiles of the proxy processes into this folder")
 	flag.StringVar(&c.rows, "rows", "", "comma-separated row ids to run (default all but the opt-in 4cp and 4cr, which need PostgreSQL and Redis: "+
-		"1,1r,2,2p,3,4,5,4i,4c,N,5i; N needs nginx and is skipped without it)")
+		"1,1r,2,2p,3,4,5,4i,4c,N,5i,4c0,4t0,4t,5h0,5w,5h; N needs nginx and is skipped without it)")
 	flag.StringVar(&c.loads, "loads", "", "comma-separated loads to run (default all: small,large,streams)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work folder (logs, ledgers, policies)")
 	flag.IntVar(&c.repeat, "repeat", 1, "run every load this many times, rows interleaved, and report each cell's median run (the machine is shared)")
@@ -118,6 +122,8 @@ const (
 	keyEnforce = "sk-ant-bench-enforce"
 	keyMemory  = "sk-ant-bench-memory-proxy"
 	keyLimited = "sk-ant-bench-limited"
+	// keyNoHistory is row 5's memory proxy tenant with memory.history off.
+	keyNoHistory = "sk-ant-bench-memory-no-history"
 )
 
 // limitsPolicy gives row 4's tenant spend caps and per-minute limits far above what a run
@@ -160,6 +166,9 @@ const cmEdits = `context_management:
     clear_at_least: { type: input_tokens, value: 5000 }
 `
 
+// benchPolicies are the tenants of every ctxproxy row. No tenant has spend
+// caps or rate limits here: those are in capsPolicies, the folder of the
+// rows that measure them (a deployment with caps for no one is "off").
 func benchPolicies() map[string]string {
 	return map[string]string{
 		"default.yaml": "tenant: default\ncontext_management:\n  mode: off\nmemory:\n  mode: off\n",
@@ -169,9 +178,17 @@ func benchPolicies() map[string]string {
 			"memory:\n  mode: inject\n",
 		"memory.yaml": "tenant: memory\napi_keys_sha256: [\"" + sha(keyMemory) + "\"]\n" + cmEdits +
 			"memory:\n  mode: proxy\n  max_iterations: 10\n",
-		"limited.yaml": "tenant: limited\napi_keys_sha256: [\"" + sha(keyLimited) + "\"]\n" + cmEdits +
-			"memory:\n  mode: inject\n" + limitsPolicy,
+		"memory-nohist.yaml": "tenant: memory-nohist\napi_keys_sha256: [\"" + sha(keyNoHistory) + "\"]\n" + cmEdits +
+			"memory:\n  mode: proxy\n  max_iterations: 10\n  history:\n    keep_days: 0\n",
 	}
+}
+
+// capsPolicies are benchPolicies plus a tenant with caps and limits.
+func capsPolicies() map[string]string {
+	p := benchPolicies()
+	p["limited.yaml"] = "tenant: limited\napi_keys_sha256: [\"" + sha(keyLimited) + "\"]\n" + cmEdits +
+		"memory:\n  mode: inject\n" + limitsPolicy
+	return p
 }
 
 type rowSpec struct {
@@ -180,6 +197,9 @@ type rowSpec struct {
 	pool     bool   // bare: with a BufferPool
 	key      string
 	memory   bool
+	write    bool   // memory: each round writes (create + delete) instead of viewing
+	caps     bool   // ctxproxy: the policies folder with a capped tenant (capsPolicies)
+	sampler  string // ctxproxy: tracing on, exported to the bench's OTLP sink, with this OTEL_TRACES_SAMPLER
 	logLevel string
 	loads    []string // nil: all
 	// rewritten: send the body and headers as row 4's policy rewrites them
@@ -201,11 +221,11 @@ var allRows = []rowSpec{
 	// Enforcement cost (issue 16): row 4 plus spend caps (tenant and per-user) and per-minute
 	// limits on every request, with the counters in each store.
 	{id: "4c", name: "ctxproxy as 4 + caps and rate limits, in memory", kind: "ctxproxy", key: keyLimited, loads: []string{"small"},
-		args: []string{"--limits-store", "memory"}},
+		caps: true, args: []string{"--limits-store", "memory"}},
 	{id: "4cp", name: "ctxproxy as 4c, counters and limiter in PostgreSQL", kind: "ctxproxy", key: keyLimited, loads: []string{"small"},
-		optIn: true, args: []string{"--limits-store", "PG"}},
+		optIn: true, caps: true, args: []string{"--limits-store", "PG"}},
 	{id: "4cr", name: "ctxproxy as 4cp, limiter in Redis", kind: "ctxproxy", key: keyLimited, loads: []string{"small"},
-		optIn: true, args: []string{"--limits-store", "PG", "--ratelimit-store", "REDIS"}},
+		optIn: true, caps: true, args: []string{"--limits-store", "PG", "--ratelimit-store", "REDIS"}},
 	// Issue 20's third proxy: nginx in front of the same fake (the name is
 	// set at run time with its version and workers; skipped without nginx).
 	{id: "N", name: "nginx proxy_pass, keepalive, buffering off", kind: "nginx", key: keyEnforce},
@@ -213,6 +233,20 @@ var allRows = []rowSpec{
 	// says how long each request waited on the upstream.
 	{id: "5i", name: "ctxproxy as 5, --log-level=info (its own time per memory round, from the request log)", kind: "ctxproxy",
 		key: keyMemory, memory: true, logLevel: "info", loads: []string{"small"}},
+	// Feature cost (issue 20): each feature configured but not triggered,
+	// then active, beside the row that has it off (4, or 5 for memory).
+	{id: "4c0", name: "ctxproxy as 4, caps and rate limits configured for another tenant only", kind: "ctxproxy", key: keyEnforce,
+		loads: []string{"small"}, caps: true},
+	{id: "4t0", name: "ctxproxy as 4, tracing configured (OTLP/HTTP), sampler always_off", kind: "ctxproxy", key: keyEnforce,
+		loads: []string{"small"}, sampler: "always_off"},
+	{id: "4t", name: "ctxproxy as 4, tracing on: every request sampled and exported (OTLP/HTTP)", kind: "ctxproxy", key: keyEnforce,
+		loads: []string{"small"}, sampler: "always_on"},
+	{id: "5h0", name: "ctxproxy as 5, memory.history off (keep_days: 0)", kind: "ctxproxy", key: keyNoHistory, memory: true,
+		loads: []string{"small"}},
+	{id: "5w", name: "ctxproxy as 5h0 (history off), each round writes: create + delete a file", kind: "ctxproxy", key: keyNoHistory,
+		memory: true, write: true, loads: []string{"small"}},
+	{id: "5h", name: "ctxproxy as 5 (history on, the default), each round writes: create + delete a file", kind: "ctxproxy",
+		key: keyMemory, memory: true, write: true, loads: []string{"small"}},
 }
 
 // profiled: the row's server serves pprof and is profiled with -pprof (the
@@ -241,7 +275,7 @@ type cell struct {
 	eventsPer         int
 	completed         int
 
-	tag     string // the servers' name in the work folder
+	tag     string // the servers' name in the work folder (and the OTLP sink's path)
 	workers int    // nginx: its worker processes
 	// The proxy's own time (rows at --log-level=info, from the request
 	// log): per memory round when perRound, else per request.
@@ -253,10 +287,12 @@ type cell struct {
 type runner struct {
 	c       config
 	work    string
-	polDir  string
+	polDir  string // benchPolicies
+	capsDir string // capsPolicies
 	bin     string // the ctxproxy binary
 	nginx   string // the nginx binary ("" when there is none)
 	skipped []string
+	sink    *otlpSink // the tracing rows' collector (nil when none runs)
 	bodies  map[string][]byte
 	cells   []*cell
 	started time.Time
@@ -273,14 +309,12 @@ func run(c config) (string, error) {
 	} else {
 		fmt.Fprintln(os.Stderr, "work folder:", r.work)
 	}
-	r.polDir = filepath.Join(r.work, "policies")
-	if err := os.MkdirAll(r.polDir, 0o755); err != nil {
+	r.polDir, r.capsDir = filepath.Join(r.work, "policies"), filepath.Join(r.work, "policies-caps")
+	if err := writePolicies(r.polDir, benchPolicies()); err != nil {
 		return "", err
 	}
-	for name, body := range benchPolicies() {
-		if err := os.WriteFile(filepath.Join(r.polDir, name), []byte(body), 0o644); err != nil {
-			return "", err
-		}
+	if err := writePolicies(r.capsDir, capsPolicies()); err != nil {
+		return "", err
 	}
 	// The rows measure the real binary, built once for the run.
 	r.bin = filepath.Join(r.work, "ctxproxy")
@@ -301,7 +335,13 @@ func run(c config) (string, error) {
 		"large":   largeBody(c.largeSize, c.largeTurns, false),
 		"streams": smallBody(c.smallSize, true),
 	}
-	rows := r.prepare(pick(allRows, c.rows))
+	rows, err := r.prepare(pick(allRows, c.rows))
+	if err != nil {
+		return "", err
+	}
+	if r.sink != nil {
+		defer r.sink.close()
+	}
 	loads := allLoads
 	if c.loads != "" {
 		loads = strings.Split(c.loads, ",")
@@ -360,22 +400,40 @@ func median(cs []*cell) *cell {
 	return ok[len(ok)/2]
 }
 
+func writePolicies(dir string, files map[string]string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("policies: %w", err)
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			return fmt.Errorf("policies: %w", err)
+		}
+	}
+	return nil
+}
+
 // prepare finds what the picked rows need: nginx (row N is skipped, with a
 // line in the report, when it is not installed; its name says the version
-// and workers that ran).
-func (r *runner) prepare(rows []rowSpec) []rowSpec {
+// and workers that ran) and the OTLP sink of the tracing rows.
+func (r *runner) prepare(rows []rowSpec) ([]rowSpec, error) {
 	var out []rowSpec
 	for _, row := range rows {
-		if row.kind == "nginx" {
+		switch {
+		case row.kind == "nginx":
 			if r.nginx = nginxBinary(); r.nginx == "" {
 				r.skipped = append(r.skipped, "row N (nginx) skipped: nginx is not installed (looked for $CTXPROXY_BENCH_NGINX, /usr/sbin/nginx, nginx in PATH)")
 				continue
 			}
 			row.name = nginxRowName(nginxVersion(r.nginx), nginxWorkers())
+		case row.sampler != "" && r.sink == nil:
+			var err error
+			if r.sink, err = startOTLPSink(); err != nil {
+				return nil, err
+			}
 		}
 		out = append(out, row)
 	}
-	return out
+	return out, nil
 }
 
 func pick(rows []rowSpec, ids string) []rowSpec {
@@ -408,6 +466,16 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// traceEnv is the OTEL_* environment of a tracing row: its own path on the
+// bench's sink, and its sampler.
+func (r *runner) traceEnv(row rowSpec, tag string) []string {
+	if row.sampler == "" || r.sink == nil {
+		return nil
+	}
+	return []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=" + r.sink.endpoint(tag), "OTEL_TRACES_SAMPLER=" + row.sampler,
+		"OTEL_SERVICE_NAME=ctxproxy-bench"}
+}
+
 // servers starts the fake and the row's server; srv is the process under
 // test (the fake itself for the direct row).
 func (r *runner) servers(row rowSpec, tag string) (fake, srv *child, err error) {
@@ -435,10 +503,14 @@ func (r *runner) servers(row rowSpec, tag string) (fake, srv *child, err error) 
 		if lvl == "" {
 			lvl = "warn"
 		}
-		args := append([]string{"--upstream", fake.url(), "--policies", r.polDir,
+		pols := r.polDir
+		if row.caps {
+			pols = r.capsDir
+		}
+		args := append([]string{"--upstream", fake.url(), "--policies", pols,
 			"--memory-dir", filepath.Join(dir, "memories"), "--ledger", "file:" + filepath.Join(dir, "ledger.jsonl"),
 			"--log-level", lvl, "--shutdown-grace", "3s"}, rowArgs(row.args)...)
-		srv, err = startCtxproxy(r.work, tag+"-ctxproxy", r.bin, args...)
+		srv, err = startCtxproxy(r.work, tag+"-ctxproxy", r.bin, r.traceEnv(row, tag), args...)
 	}
 	if err != nil {
 		fake.stop()
@@ -458,7 +530,7 @@ func (r *runner) runCell(row rowSpec, load string) *cell {
 	defer fake.stop()
 	defer srv.stop()
 	cl.workers = len(srv.pids()) - 1
-	t := target{url: srv.url(), key: row.key, memory: row.memory}
+	t := target{url: srv.url(), key: row.key, memory: row.memory, write: row.write}
 	ctx := context.Background()
 	body := r.bodies[load]
 	if row.rewritten {
@@ -633,7 +705,7 @@ func (r *runner) interleaved(rows []rowSpec, load string) []*cell {
 		}
 		l.fake, l.srv = fake, srv
 		l.cl.workers = len(srv.pids()) - 1
-		l.t = target{url: srv.url(), key: row.key, memory: row.memory}
+		l.t = target{url: srv.url(), key: row.key, memory: row.memory, write: row.write}
 		if row.rewritten {
 			if l.body, l.t.beta, err = r.rewritten(l.body); err != nil {
 				l.cl.err = err

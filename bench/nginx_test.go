@@ -192,7 +192,10 @@ func TestWaitNginxAddrInUse(t *testing.T) {
 func TestPrepareWithoutNginx(t *testing.T) {
 	t.Setenv("CTXPROXY_BENCH_NGINX", filepath.Join(t.TempDir(), "no-nginx"))
 	r := &runner{}
-	rows := r.prepare(pick(allRows, "2p,N,4"))
+	rows, err := r.prepare(pick(allRows, "2p,N,4"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var ids []string
 	for _, row := range rows {
 		ids = append(ids, row.id)

@@ -29,6 +29,9 @@ func fmtDur(d time.Duration) string {
 }
 
 func fmtDelta(d time.Duration) string {
+	if d == 0 {
+		return "+0µs" // fmtDur's "—" is for a figure that is missing
+	}
 	if d >= 0 {
 		return "+" + strings.TrimPrefix(fmtDur(d), "—")
 	}
@@ -214,6 +217,7 @@ func (r *runner) markdown(micro []microResult) string {
 	}
 
 	r.targets(&b, micro)
+	r.featureCost(&b)
 
 	b.WriteString("\n<details><summary>Throughput-phase latency (at the run's concurrency)</summary>\n\n| row | load | requests | p50 | p99 |\n|---|---|--:|--:|--:|\n")
 	for _, cl := range r.cells {

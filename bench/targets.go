@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -40,6 +43,7 @@ func (r *runner) targets(b *strings.Builder, micro []microResult) {
 			check(cl.ownOne.p50 < 250*time.Microsecond), fmtDur(cl.ownOne.p50), fmtDur(cl.ownOne.p99), cl.ownOne.n,
 			fmtDur(cl.ownLoaded.p50), fmtDur(cl.ownLoaded.p99))
 	}
+	b.WriteString("- feature cost (caps, history, tracing; off, configured, active): see the next section\n")
 	r.upstreamShare(b)
 
 	b.WriteString("\n### Earlier targets (issue 6), still checked\n\n")
@@ -129,8 +133,42 @@ func (r *runner) streamTargets(b *strings.Builder) {
 	}
 }
 
-// rowNotes says what the rows that need it measured: nginx's processes and
-// the proxy's own time from the request log.
+// featureCost prints each feature's rows against the row that has it off
+// (issue 20: configured but not triggered, and active, each its own row).
+func (r *runner) featureCost(b *strings.Builder) {
+	pairs := []struct{ what, row, off string }{
+		{"spend caps + rate limits configured for another tenant, none for this one", "4c0", "4"},
+		{"spend caps + rate limits active (in memory)", "4c", "4"},
+		{"tracing configured, sampler always_off", "4t0", "4"},
+		{"tracing on, every request sampled and exported", "4t", "4"},
+		{"memory history on (the default) but not triggered (view rounds), against history off", "5", "5h0"},
+		{"memory history on against off, a write round (create + delete) per request", "5h", "5w"},
+		{"a write round instead of a view round (history off)", "5w", "5h0"},
+		{"request log at --log-level=info", "4i", "4"},
+		{"request log at --log-level=info, memory proxy", "5i", "5"},
+	}
+	var lines []string
+	for _, p := range pairs {
+		cl, off := r.find(p.row, "small"), r.find(p.off, "small")
+		if cl == nil || off == nil || off.rps == 0 || off.cpuPer() == 0 {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("- %s: row %s vs row %s: CPU/req %s vs %s (%.2f×), req/s %.0f vs %.0f (%.2f×), p50 at one worker %s",
+			p.what, p.row, p.off, fmtDur(cl.cpuPer()), fmtDur(off.cpuPer()), float64(cl.cpuPer())/float64(off.cpuPer()),
+			cl.rps, off.rps, cl.rps/off.rps, fmtDelta(cl.p50-off.p50)))
+	}
+	if len(lines) == 0 {
+		return
+	}
+	b.WriteString("\n### Feature cost (issue 20), 2 KiB bodies\n\n")
+	b.WriteString("Each feature's row against the same proxy with the feature off, in the same interleaved run. " +
+		"Off is a row without it: caps in no tenant's policy, no OTEL_* endpoint, memory.history keep_days: 0.\n\n")
+	b.WriteString(strings.Join(lines, "\n") + "\n")
+}
+
+// rowNotes says what the rows that need it measured: nginx's processes,
+// the spans the tracing rows exported, the proxy's own time from the
+// request log, and the memory rows' history logs.
 func (r *runner) rowNotes(b *strings.Builder) {
 	var lines []string
 	nginxSaid := false
@@ -157,8 +195,22 @@ func (r *runner) rowNote(cl *cell) string {
 		return fmt.Sprintf("nginx's master and %d workers (worker_processes = GOMAXPROCS), config in the work folder; "+
 			"CPU/req sums utime+stime of the master, its workers and what it reaped (/proc/PID/stat); "+
 			"peak RSS sums each process's VmHWM, so pages they share count once per process", cl.workers)
+	case row.sampler != "" && r.sink != nil:
+		ex, spans, bad := r.sink.received(cl.tag)
+		s := fmt.Sprintf("OTEL_TRACES_SAMPLER=%s; the bench's OTLP/HTTP sink received %d exports with %d spans", row.sampler, ex, spans)
+		if cl.cpuN > 0 {
+			s += fmt.Sprintf(" (%.1f per measured request)", float64(spans)/float64(cl.cpuN))
+		}
+		if bad > 0 {
+			s += fmt.Sprintf(", %d undecodable", bad)
+		}
+		return s
 	case row.logLevel == "info" && cl.load == "small":
 		return ownNote(cl)
+	case row.memory && cl.load == "small":
+		return r.historyNote(cl)
+	case row.caps:
+		return "policies folder with a capped tenant (limited.yaml: daily and monthly tenant caps, a per-user cap, requests and input tokens per minute)"
 	}
 	return ""
 }
@@ -174,4 +226,50 @@ func ownNote(cl *cell) string {
 	}
 	return fmt.Sprintf("%s: one worker p50 %s, p99 %s (%d); under load p50 %s, p99 %s (%d)", what,
 		fmtDur(cl.ownOne.p50), fmtDur(cl.ownOne.p99), cl.ownOne.n, fmtDur(cl.ownLoaded.p50), fmtDur(cl.ownLoaded.p99), cl.ownLoaded.n)
+}
+
+// historyNote: what the memory row's rounds did and the history log the
+// file store kept for them.
+func (r *runner) historyNote(cl *cell) string {
+	what := "a view round per request (history not triggered)"
+	if cl.row.write {
+		what = "a write round per request: create a file, then delete it"
+	}
+	lines, size, err := historyLog(filepath.Join(r.work, cl.tag, "memories", ".history"))
+	if err != nil {
+		return what + "; history log: " + err.Error()
+	}
+	return fmt.Sprintf("%s; the file store's history log: %d records, %s", what, lines, fmtBytes(size))
+}
+
+// historyLog counts the records (lines) and bytes of a file store's
+// history logs (one per tenant) in dir.
+func historyLog(dir string) (lines int, size int64, err error) {
+	ents, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".jsonl") {
+			continue
+		}
+		f, err := os.Open(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return 0, 0, err
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(nil, 4<<20)
+		for sc.Scan() {
+			lines++
+			size += int64(len(sc.Bytes())) + 1
+		}
+		f.Close()
+		if err := sc.Err(); err != nil {
+			return 0, 0, err
+		}
+	}
+	return lines, size, nil
 }
