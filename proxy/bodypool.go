@@ -87,11 +87,42 @@ type leasedReader struct {
 
 func (r *leasedReader) Read(p []byte) (int, error) {
 	n, err := r.bufs.Read(p)
-	if err == io.EOF && !r.done {
+	if err == io.EOF {
+		r.eof()
+	}
+	return n, err
+}
+
+// WriteTo writes what is left to w, in one writev when w is a TCP
+// connection (see upstreamConn). It is the reader's EOF when it succeeds.
+// Not reached through io.Copy (net/http wraps the body in a LimitedReader),
+// and so not part of the io.WriterTo contract that would bypass Read.
+func (r *leasedReader) WriteTo(w io.Writer) (int64, error) {
+	n, err := r.bufs.WriteTo(w)
+	if err == nil {
+		r.eof()
+	}
+	return n, err
+}
+
+// Close does nothing: the lease is settled by EOF. Being a ReadCloser keeps
+// net/http from wrapping the reader, so upstreamConn can find it.
+func (r *leasedReader) Close() error { return nil }
+
+// len is the number of bytes left to read.
+func (r *leasedReader) len() int64 {
+	var n int64
+	for _, b := range r.bufs {
+		n += int64(len(b))
+	}
+	return n
+}
+
+func (r *leasedReader) eof() {
+	if !r.done {
 		r.done = true
 		if r.lease != nil {
 			r.lease.open.Add(-1)
 		}
 	}
-	return n, err
 }

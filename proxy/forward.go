@@ -178,7 +178,13 @@ func (u *upstream) newRequest(ctx context.Context, in *http.Request, h http.Head
 	// GetBody lets the transport resend on a keep-alive connection that
 	// turned out dead (NewRequest sets it for a *bytes.Reader).
 	if _, ok := rd.(*bytes.Reader); !ok {
-		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(requestBody(body, n, lease)), nil }
+		req.GetBody = func() (io.ReadCloser, error) {
+			r := requestBody(body, n, lease)
+			if rc, ok := r.(io.ReadCloser); ok {
+				return rc, nil
+			}
+			return io.NopCloser(r), nil
+		}
 	}
 	req.Header = h
 	req.ContentLength = n

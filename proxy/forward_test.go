@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func TestRemoveHopHeaders(t *testing.T) {
@@ -91,13 +92,25 @@ func TestErrorBodyEscapes(t *testing.T) {
 	}
 }
 
-// countingConn counts the writes made on a connection.
+// countingConn counts the writes made on a connection, and the bytes written
+// straight from watch's memory (not from a copy of it).
 type countingConn struct {
 	net.Conn
-	writes *atomic.Int32
+	writes  *atomic.Int32
+	aliased *atomic.Int64
+	watch   *[]byte
 }
 
-func (c countingConn) Write(p []byte) (int, error) { c.writes.Add(1); return c.Conn.Write(p) }
+func (c countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	if w := *c.watch; len(p) > 0 && len(w) > 0 {
+		start, end := uintptr(unsafe.Pointer(&w[0])), uintptr(unsafe.Pointer(&w[0]))+uintptr(len(w))
+		if at := uintptr(unsafe.Pointer(&p[0])); at >= start && at < end {
+			c.aliased.Add(int64(len(p)))
+		}
+	}
+	return c.Conn.Write(p)
+}
 
 func TestUpstreamRequestWrites(t *testing.T) {
 	var got []byte
@@ -106,9 +119,12 @@ func TestUpstreamRequestWrites(t *testing.T) {
 	}))
 	defer srv.Close()
 	var writes atomic.Int32
+	var aliased atomic.Int64
+	var watch []byte
+	// As NewTransport dials: an upstreamConn over the connection.
 	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-		return countingConn{c, &writes}, err
+		return upstreamConn{countingConn{c, &writes, &aliased, &watch}}, err
 	}}
 	defer tr.CloseIdleConnections()
 	base, _ := url.Parse(srv.URL)
@@ -153,9 +169,16 @@ func TestUpstreamRequestWrites(t *testing.T) {
 		for i := range buf {
 			buf[i] = 'a' + byte(i%26)
 		}
+		watch, aliased = buf, atomic.Int64{}
+		defer func() { watch = nil }()
 		send(t, [][]byte{buf[:10], buf[10:]}, lease)
 		if n := lease.open.Load(); n != 0 {
 			t.Fatalf("%d readers of the pooled buffer not at EOF", n)
+		}
+		// net/http fills what its 4 KiB header buffer has left; the rest goes
+		// out from the pooled buffer itself, not through a 32 KiB copy.
+		if n := aliased.Load(); n < int64(len(buf))-4096 {
+			t.Fatalf("%d of %d bytes written straight from the body buffer", n, len(buf))
 		}
 	})
 }
