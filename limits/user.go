@@ -3,8 +3,6 @@ package limits
 import (
 	"net/http"
 
-	"github.com/tidwall/gjson"
-
 	"github.com/ctxproxy/ctxproxy/policy"
 )
 
@@ -13,9 +11,9 @@ import (
 const maxUserLen = 256
 
 // UserOf is the end user of a request by the tenant's user_from: the 8-hex key id, a header's
-// value, or metadata.user_id of the body. "" means none (the request counts against the tenant's
-// caps only). The body is read only for metadata.user_id and only when per-user caps exist.
-func UserOf(l *policy.Limits, keyID string, h http.Header, body []byte) string {
+// value, or the body's metadata.user_id (as the policy's scan read it). "" means none (the request
+// counts against the tenant's caps only).
+func UserOf(l *policy.Limits, keyID string, h http.Header, metadataUserID string) string {
 	if len(l.PerUserSpend) == 0 {
 		return ""
 	}
@@ -24,7 +22,7 @@ func UserOf(l *policy.Limits, keyID string, h http.Header, body []byte) string {
 	case policy.UserFromHeader:
 		u = h.Get(l.UserHeader)
 	case policy.UserFromMetadata:
-		u = gjson.GetBytes(body, "metadata.user_id").Str
+		u = metadataUserID
 	default:
 		u = keyID
 	}

@@ -61,6 +61,12 @@ func FuzzRewrite(f *testing.F) {
 		if parts, _, perr := p.RewriteParts(body, http.Header{}, which&0x80 != 0); (perr == nil) != (err == nil) || (err == nil && !bytes.Equal(bytes.Join(parts, nil), out)) {
 			t.Fatalf("RewriteParts and Rewrite differ: %q vs %q (%v, %v)", bytes.Join(parts, nil), out, perr, err)
 		}
+		// RewriteInPlace gives the same result in a buffer with room to spare.
+		room := make([]byte, len(body), len(body)+int(which&0x3f)*8)
+		copy(room, body)
+		if inPlace, _, ierr := p.RewriteInPlace(room, http.Header{}, which&0x80 != 0); (ierr == nil) != (err == nil) || (err == nil && !bytes.Equal(inPlace, out)) {
+			t.Fatalf("RewriteInPlace and Rewrite differ: %q vs %q (%v, %v)", inPlace, out, ierr, err)
+		}
 		if err != nil {
 			if _, ok := err.(*RequestError); !ok {
 				t.Fatalf("error %T is not a *RequestError", err)

@@ -53,6 +53,8 @@ type RewriteInfo struct {
 	Threaded       bool     // thread.type is "create" or "continue": the API holds the conversation
 	Model          string   // the top-level model, when a string
 	Stream         bool     // the top-level stream is true
+	MaxTokens      int64    // the top-level max_tokens, when a number (else 0)
+	MetadataUserID string   // metadata.user_id, when a string
 	NeedsBeta      bool     // the outgoing body has context_management or the memory tool
 }
 
@@ -99,6 +101,24 @@ func (p *Policy) Rewrite(body []byte, h http.Header, countTokens bool) ([]byte, 
 	}
 	if len(ops) == 0 {
 		return body, info, nil
+	}
+	return applySplices(body, ops), info, nil
+}
+
+// RewriteInPlace is Rewrite for a body the caller hands over: when the
+// changes only add bytes and the result fits in cap(body), it is built in
+// body's own array (no allocation), and body's bytes are no longer the
+// request the client sent. Otherwise it is Rewrite, and body is untouched.
+func (p *Policy) RewriteInPlace(body []byte, h http.Header, countTokens bool) ([]byte, RewriteInfo, error) {
+	ops, info, err := p.rewrite(body, h, false)
+	if err != nil {
+		return nil, info, err
+	}
+	if len(ops) == 0 {
+		return body, info, nil
+	}
+	if out, ok := spliceInPlace(body, ops); ok {
+		return out, info, nil
 	}
 	return applySplices(body, ops), info, nil
 }
@@ -183,6 +203,16 @@ members:
 			continue
 		case "stream":
 			info.Stream = s[tm.valStart:tm.valEnd] == "true"
+			continue
+		case "max_tokens":
+			if v := gjson.Parse(s[tm.valStart:tm.valEnd]); v.Type == gjson.Number {
+				info.MaxTokens = v.Int()
+			}
+			continue
+		case "metadata":
+			if v := s[tm.valStart:tm.valEnd]; len(v) > 0 && v[0] == '{' {
+				info.MetadataUserID = gjson.Get(v, "user_id").Str
+			}
 			continue
 		default:
 			continue
@@ -684,6 +714,35 @@ func applySplices(body []byte, ops []splice) []byte {
 		pos = o.end
 	}
 	return append(out, body[pos:]...)
+}
+
+// spliceInPlace applies ops within body's array when none of them shrinks
+// its range and the result fits in cap(body). Working from the last splice
+// back, every run of body moves right (or stays), so no byte is overwritten
+// before it is moved.
+func spliceInPlace(body []byte, ops []splice) ([]byte, bool) {
+	sortSplices(ops)
+	n := len(body)
+	for _, o := range ops {
+		if o.len() < o.end-o.start {
+			return nil, false
+		}
+		n += o.len() - (o.end - o.start)
+	}
+	if n > cap(body) {
+		return nil, false
+	}
+	out := body[:n]
+	w, next := n, len(body) // write cursor; start of the run already placed
+	for i := len(ops) - 1; i >= 0; i-- {
+		o := ops[i]
+		w -= next - o.end
+		copy(out[w:], body[o.end:next])
+		w -= o.len()
+		appendSplice(out[w:w], o)
+		next = o.start
+	}
+	return out, true
 }
 
 // insertPos is where a new member or element goes in the container closed at closeAt: right after

@@ -334,3 +334,45 @@ func mustParse(t testing.TB, yaml string) *Policy {
 	}
 	return p
 }
+
+func TestRewriteInPlace(t *testing.T) {
+	p := mustParse(t, "tenant: t\nmemory: {mode: inject}\n")
+	body := `{"model":"m","messages":[],"tools":[{"name":"a"}]}`
+	want, _, err := p.Rewrite([]byte(body), http.Header{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("with room, the result is built in the body's own array", func(t *testing.T) {
+		buf := append(make([]byte, 0, len(body)+256), body...)
+		out, info, err := p.RewriteInPlace(buf, http.Header{}, false)
+		if err != nil || string(out) != string(want) || !info.MemoryAdded {
+			t.Fatalf("got %s, %+v, %v; want %s", out, info, err, want)
+		}
+		if &out[0] != &buf[0] {
+			t.Fatal("a new array was allocated")
+		}
+	})
+	t.Run("without room, a new body and the old one untouched", func(t *testing.T) {
+		buf := []byte(body)
+		out, _, err := p.RewriteInPlace(buf, http.Header{}, false)
+		if err != nil || string(out) != string(want) || string(buf) != body {
+			t.Fatalf("got %s (body now %s), %v", out, buf, err)
+		}
+	})
+	t.Run("a change that removes bytes is not made in place", func(t *testing.T) {
+		q := mustParse(t, "tenant: t\ncontext_management: {mode: enforce}\n")
+		in := `{"model":"m","messages":[],"context_management":{"edits":[{"type":"clear_tool_uses_20250919"}]}}`
+		buf := append(make([]byte, 0, len(in)+256), in...)
+		want, _, _ := q.Rewrite([]byte(in), http.Header{}, false)
+		out, _, err := q.RewriteInPlace(buf, http.Header{}, false)
+		if err != nil || string(out) != string(want) || string(buf) != in {
+			t.Fatalf("got %s (body now %s), %v; want %s", out, buf, err, want)
+		}
+	})
+	t.Run("max_tokens and metadata.user_id are read in the scan", func(t *testing.T) {
+		_, info, err := p.Rewrite([]byte(`{"messages":[],"metadata":{"user_id":"u-1"},"max_tokens":4096}`), nil, false)
+		if err != nil || info.MaxTokens != 4096 || info.MetadataUserID != "u-1" {
+			t.Fatalf("%+v, %v", info, err)
+		}
+	})
+}

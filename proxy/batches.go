@@ -14,9 +14,10 @@ import (
 func rewriteFor(ep endpoint, pol *policy.Policy, body []byte, h http.Header) ([][]byte, policy.RewriteInfo, error) {
 	if ep != epBatchCreate {
 		if len(body) < minPooledBody {
-			// Built whole in one allocation: a small body goes upstream as one
-			// *bytes.Reader (requestBody), so pieces would only be joined.
-			out, info, err := pol.Rewrite(body, h, ep == epCountTokens)
+			// Built whole, in the room newBodyBuf left after the body: a small
+			// body goes upstream as one *bytes.Reader (requestBody), so pieces
+			// would only be joined. The client's bytes are not read again.
+			out, info, err := pol.RewriteInPlace(body, h, ep == epCountTokens)
 			if err != nil {
 				return nil, info, err
 			}

@@ -44,11 +44,15 @@ type bodyLease struct {
 	open  atomic.Int32 // readers made and not yet at EOF
 }
 
+// rewriteRoom is the spare capacity of a small body's buffer: what the policy
+// adds (edits, the memory tool) fits, so the rewrite needs no second buffer.
+const rewriteRoom = 512
+
 // newBodyBuf returns an n-byte buffer, pooled when n is large.
 func newBodyBuf(n int) ([]byte, *bodyLease) {
 	c := bodyClass(n)
 	if c < 0 {
-		return make([]byte, n), nil
+		return make([]byte, n, n+rewriteRoom), nil
 	}
 	if p, ok := bodyPools[c].Get().(*[]byte); ok {
 		return (*p)[:n], &bodyLease{buf: (*p)[:n], class: c}

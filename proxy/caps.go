@@ -3,8 +3,6 @@ package proxy
 import (
 	"net/http"
 
-	"github.com/tidwall/gjson"
-
 	"github.com/ctxproxy/ctxproxy/limits"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
@@ -12,18 +10,14 @@ import (
 // checkLimits checks the request against its tenant's spend caps and per-minute limits (package
 // limits) before it goes upstream, and answers the refusal itself; it returns false then.
 // count_tokens is free and never limited.
-func (x *exchange) checkLimits(body []byte) bool {
+func (x *exchange) checkLimits(bodyBytes int) bool {
 	e, q := x.s.cfg.Limits, &x.req
 	if e == nil || q.pol == nil || !q.pol.Limits.Any() {
 		return true
 	}
 	l := &q.pol.Limits
-	req := limits.Request{Policy: q.pol, Model: q.model, BodyBytes: len(body),
-		User: limits.UserOf(l, q.keyID, x.r.Header, body)}
-	if l.Capped() {
-		// Only capped tenants pay for this walk of the body.
-		req.MaxTokens = gjson.GetBytes(body, "max_tokens").Int()
-	}
+	req := limits.Request{Policy: q.pol, Model: q.model, BodyBytes: bodyBytes, MaxTokens: q.info.MaxTokens,
+		User: limits.UserOf(l, q.keyID, x.r.Header, q.info.MetadataUserID)}
 	t, ref := e.Admit(x.r.Context(), req)
 	if ref != nil {
 		h := x.w.Header()

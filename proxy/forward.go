@@ -126,8 +126,30 @@ func (d *decodedBody) Close() error {
 
 // upstream sends requests to the Messages API.
 type upstream struct {
-	base   *url.URL
-	client *http.Client
+	base    *url.URL
+	client  *http.Client
+	targets sync.Map // client path -> *url.URL upstream, without a query; shared, never written
+}
+
+// target is the upstream URL for a client request URL. The few paths the
+// proxy serves each get one URL, shared by every request to it (the
+// transport only reads it); a query makes a copy.
+func (u *upstream) target(in *url.URL) *url.URL {
+	t, ok := u.targets.Load(in.Path)
+	if !ok {
+		nt := *u.base
+		nt.Path = singleJoiningSlash(u.base.Path, in.Path)
+		nt.RawPath = ""
+		nt.RawQuery = ""
+		t, _ = u.targets.LoadOrStore(in.Path, &nt)
+	}
+	target := t.(*url.URL)
+	if in.RawQuery != "" {
+		q := *target
+		q.RawQuery = in.RawQuery
+		return &q
+	}
+	return target
 }
 
 // Header values upstreamHeader shares between requests rather than allocate
@@ -161,35 +183,41 @@ func upstreamHeader(in *http.Request) http.Header {
 // newRequest builds the upstream request for in's path and query, with h
 // (from upstreamHeader) and the body in pieces (sent as they are, not
 // joined). lease, when the pieces alias a pooled buffer, tracks the readers.
-func (u *upstream) newRequest(ctx context.Context, in *http.Request, h http.Header, body [][]byte, lease *bodyLease) (*http.Request, error) {
-	target := *u.base
-	target.Path = singleJoiningSlash(u.base.Path, in.URL.Path)
-	target.RawPath = ""
-	target.RawQuery = in.URL.RawQuery
+func (u *upstream) newRequest(ctx context.Context, in *http.Request, h http.Header, body [][]byte, lease *bodyLease) *http.Request {
 	var n int64
 	for _, p := range body {
 		n += int64(len(p))
 	}
-	rd := requestBody(body, n, lease)
-	req, err := http.NewRequestWithContext(ctx, in.Method, target.String(), rd)
-	if err != nil {
-		return nil, fmt.Errorf("build upstream request: %w", err)
+	target := u.target(in.URL)
+	// Built as http.NewRequestWithContext would, without printing the URL
+	// for it to parse back.
+	req := &http.Request{
+		Method:        in.Method,
+		URL:           target,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
+		Body:          readCloser(requestBody(body, n, lease)),
+		ContentLength: n,
+		Host:          target.Host,
+		// GetBody lets the transport resend on a keep-alive connection that
+		// turned out dead.
+		GetBody: func() (io.ReadCloser, error) { return readCloser(requestBody(body, n, lease)), nil },
 	}
-	// GetBody lets the transport resend on a keep-alive connection that
-	// turned out dead (NewRequest sets it for a *bytes.Reader).
-	if _, ok := rd.(*bytes.Reader); !ok {
-		req.GetBody = func() (io.ReadCloser, error) {
-			r := requestBody(body, n, lease)
-			if rc, ok := r.(io.ReadCloser); ok {
-				return rc, nil
-			}
-			return io.NopCloser(r), nil
-		}
+	if n == 0 {
+		req.Body, req.GetBody = http.NoBody, nil
 	}
-	req.Header = h
-	req.ContentLength = n
-	req.Host = target.Host
-	return req, nil
+	return req.WithContext(ctx)
+}
+
+// readCloser is r as a ReadCloser, wrapped only when it is not one (net/http
+// knows io.NopCloser over an in-memory reader).
+func readCloser(r io.Reader) io.ReadCloser {
+	if rc, ok := r.(io.ReadCloser); ok {
+		return rc
+	}
+	return io.NopCloser(r)
 }
 
 // requestBody is a reader over the n bytes of parts. A small unpooled body

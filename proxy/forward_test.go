@@ -134,10 +134,7 @@ func TestUpstreamRequestWrites(t *testing.T) {
 	send := func(t *testing.T, parts [][]byte, lease *bodyLease) *http.Request {
 		t.Helper()
 		writes.Store(0)
-		req, err := u.newRequest(context.Background(), in, http.Header{}, parts, lease)
-		if err != nil {
-			t.Fatal(err)
-		}
+		req := u.newRequest(context.Background(), in, http.Header{}, parts, lease)
 		resp, err := u.client.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -105,7 +105,7 @@ func (x *exchange) readAndRewrite(ep endpoint) bool {
 	// Rewrite read model and stream in its validating pass; a gjson lookup
 	// of an absent "stream" would walk the whole body once more.
 	q.parts, q.info, q.model, q.stream = parts, info, info.Model, info.Stream
-	if ep == epMessages && !x.checkLimits(body) {
+	if ep == epMessages && !x.checkLimits(len(body)) {
 		return false
 	}
 	if q.memory {
@@ -214,11 +214,9 @@ func (x *exchange) roundTrip(ctx context.Context, body [][]byte, p retryPolicy) 
 	t0 = time.Now()
 	ctx = x.startCallSpan(ctx)
 	resp, err = x.s.up.do(ctx, func() (*http.Request, error) {
-		req, err := x.s.up.newRequest(ctx, x.r, x.req.header, body, x.req.lease)
-		if err == nil {
-			x.injectTrace(ctx, req)
-		}
-		return req, err
+		req := x.s.up.newRequest(ctx, x.r, x.req.header, body, x.req.lease)
+		x.injectTrace(ctx, req)
+		return req, nil
 	}, p)
 	x.acct.called()
 	if err == nil {

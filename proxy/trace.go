@@ -18,9 +18,8 @@ import (
 
 // spans are the exchange's open spans.
 type spans struct {
-	server    tracing.Span
-	call      tracing.Span // the upstream call in flight; zero when none
-	maxTokens int64        // the request's max_tokens, read once; -1 not yet
+	server tracing.Span
+	call   tracing.Span // the upstream call in flight; zero when none
 }
 
 // replyMeta is what a reply says of itself, for the call's span.
@@ -38,7 +37,7 @@ func (x *exchange) startServerSpan(route string) {
 	}
 	ctx, sp := t.StartServer(x.r, route)
 	x.r = x.r.WithContext(ctx)
-	x.spans.server, x.spans.maxTokens = sp, -1
+	x.spans.server = sp
 }
 
 // startCallSpan starts the client span of one upstream call.
@@ -49,16 +48,13 @@ func (x *exchange) startCallSpan(ctx context.Context) context.Context {
 	}
 	x.spans.call.End() // a call whose reply was never accounted
 	q := &x.req
-	if x.spans.maxTokens < 0 {
-		x.spans.maxTokens = gjson.GetBytes(x.firstPart(), "max_tokens").Int()
-	}
 	req := tracing.ChatRequest{
 		Model:     q.model,
 		Stream:    q.stream,
 		Tenant:    x.tenantLabel(),
 		Edits:     q.info.Edits,
 		Round:     x.loop.round,
-		MaxTokens: x.spans.maxTokens,
+		MaxTokens: q.info.MaxTokens,
 	}
 	if x.r.URL.Path == "/v1/messages/count_tokens" {
 		req.Operation = "count_tokens"
@@ -80,15 +76,6 @@ func (x *exchange) startCallSpan(ctx context.Context) context.Context {
 	}
 	ctx, x.spans.call = t.StartChat(ctx, req)
 	return ctx
-}
-
-// firstPart is the start of the request body, where a client puts
-// max_tokens; a body in pieces is read from its first.
-func (x *exchange) firstPart() []byte {
-	if len(x.req.parts) == 0 {
-		return nil
-	}
-	return x.req.parts[0]
 }
 
 // plainMeta reads a whole reply's id, model and stop reason for the call's
