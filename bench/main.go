@@ -229,6 +229,13 @@ var allRows = []rowSpec{
 	// Issue 20's third proxy: nginx in front of the same fake (the name is
 	// set at run time with its version and workers; skipped without nginx).
 	{id: "N", name: "nginx proxy_pass, keepalive, buffering off", kind: "nginx", key: keyEnforce},
+	// Row 4's comparisons: the bare proxy and nginx fed the body as row 4's
+	// policy rewrites it, so the upstream behind them does the same work as
+	// behind row 4 (a body with context_management costs the fake more, row
+	// 1r / row 1, and it shares the machine).
+	{id: "2pr", name: "bare httputil.ReverseProxy + BufferPool, body as row 4 rewrites it", kind: "bare", pool: true, key: keyEnforce,
+		rewritten: true, loads: []string{"small", "large"}},
+	{id: "Nr", name: "nginx as N, body as row 4 rewrites it", kind: "nginx", key: keyEnforce, rewritten: true, loads: []string{"small", "large"}},
 	// Issue 20's memory round target: row 5 with its request log, which
 	// says how long each request waited on the upstream.
 	{id: "5i", name: "ctxproxy as 5, --log-level=info (its own time per memory round, from the request log)", kind: "ctxproxy",
@@ -421,10 +428,12 @@ func (r *runner) prepare(rows []rowSpec) ([]rowSpec, error) {
 		switch {
 		case row.kind == "nginx":
 			if r.nginx = nginxBinary(); r.nginx == "" {
-				r.skipped = append(r.skipped, "row N (nginx) skipped: nginx is not installed (looked for $CTXPROXY_BENCH_NGINX, /usr/sbin/nginx, nginx in PATH)")
+				r.skipped = append(r.skipped, "row "+row.id+" (nginx) skipped: nginx is not installed (looked for $CTXPROXY_BENCH_NGINX, /usr/sbin/nginx, nginx in PATH)")
 				continue
 			}
-			row.name = nginxRowName(nginxVersion(r.nginx), nginxWorkers())
+			if !row.rewritten {
+				row.name = nginxRowName(nginxVersion(r.nginx), nginxWorkers())
+			}
 		case row.sampler != "" && r.sink == nil:
 			var err error
 			if r.sink, err = startOTLPSink(); err != nil {
