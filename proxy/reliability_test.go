@@ -210,10 +210,10 @@ func TestAClientGoneMidLoopCancelsTheUpstreamAndLeavesNoTornFile(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	within(t, 10*time.Second, "the loop's second upstream call", func() { <-reached })
+	eventually(t, "the loop's second upstream call", func() { <-reached })
 	cancel()
-	within(t, 10*time.Second, "the request ending", func() { <-done })
-	within(t, 10*time.Second, "the upstream seeing the cancel", func() {
+	eventually(t, "the request ending", func() { <-done })
+	eventually(t, "the upstream seeing the cancel", func() {
 		for {
 			if r, ok := h.fake.LastRequest("/v1/messages"); ok && r.Outcome != "" {
 				return
@@ -321,7 +321,7 @@ func TestAHugeDeclaredContentLengthIsRefusedAtOnce(t *testing.T) {
 	defer conn.Close()
 	fmt.Fprintf(conn, "POST /v1/messages HTTP/1.1\r\nHost: x\r\nX-Api-Key: %s\r\nContent-Type: application/json\r\nContent-Length: 2147483648\r\n\r\n{", keyAcme)
 	var resp *http.Response
-	within(t, 10*time.Second, "the 413", func() {
+	eventually(t, "the 413", func() {
 		resp, err = http.ReadResponse(bufio.NewReader(conn), nil)
 	})
 	if err != nil {
@@ -361,7 +361,7 @@ func TestASlowBodyIsCutOffAndOthersAreServed(t *testing.T) {
 	if got := readAll(t, resp.Body); !strings.Contains(got, "fast") {
 		t.Fatalf("fast client got %s", got)
 	}
-	within(t, 10*time.Second, "the slow client being cut off", func() {
+	eventually(t, "the slow client being cut off", func() {
 		buf := make([]byte, 4096)
 		for {
 			if _, err := conn.Read(buf); err != nil {

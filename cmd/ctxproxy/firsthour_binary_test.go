@@ -61,7 +61,7 @@ func TestBinaryFirstHour(t *testing.T) {
 		rawSend(t, p.Addr, "POST", "/v1/messages", binKey, `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`)
 		unit := regexp.MustCompile(`^[0-9.]+(ns|µs|ms|s|m|h)`)
 		var lines []gjson.Result
-		within(t, 10*time.Second, "the request log line", func() {
+		eventually(t, "the request log line", func() {
 			for {
 				for _, l := range requestLogLines(p.Log()) {
 					if l.Get("status").Int() == 200 && l.Get("tenant").Str == "acme" {

@@ -166,7 +166,7 @@ func TestBinaryKeysAcrossReplicas(t *testing.T) {
 	t.Run("the ledger attributes calls to the key and its user", func(t *testing.T) {
 		// The messages calls of the laptop key (plain and streamed) are ana's.
 		var anas int
-		within(t, 20*time.Second, "the calls reaching the ledger", func() {
+		eventually(t, "the calls reaching the ledger", func() {
 			for anas < 2 {
 				anas = 0
 				for _, r := range ledgerRows(t, db) {
@@ -225,7 +225,7 @@ func headerString(h http.Header) string {
 func pollUntilRefused(t *testing.T, addr, secret, why string, since time.Time) time.Duration {
 	t.Helper()
 	var after time.Duration
-	within(t, 30*time.Second, "the key being refused", func() {
+	eventually(t, "the key being refused", func() {
 		for {
 			sent := time.Now()
 			resp, body := call(t, addr, "POST", "/v1/messages", e2eRoutes[0].body, "X-Api-Key", secret)

@@ -116,7 +116,7 @@ func TestSpendCapExactAcrossTwoReplicas(t *testing.T) {
 			answers <- answer{resp.StatusCode, gjson.Get(body, "error.type").Str, resp.Header}
 		}()
 	}
-	within(t, 2*time.Minute, "every request answered or waiting upstream", func() {
+	eventually(t, "every request answered or waiting upstream", func() {
 		for arrived.Load()+refused.Load() < 50 {
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -276,7 +276,7 @@ func TestRequestsPerMinuteHoldAcrossReplicasUnderABurst(t *testing.T) {
 // settles after its reply reached the client, so a client can be a moment ahead of the store.
 func settled(t *testing.T, db *pgtest.DB) {
 	t.Helper()
-	within(t, time.Minute, "every hold settled", func() {
+	eventually(t, "every hold settled", func() {
 		for db.QueryInt(t, `SELECT count(*) FROM ctxproxy_spend_holds`) != 0 {
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -333,14 +333,14 @@ func TestLimitsStoreOutage(t *testing.T) {
 		t.Errorf("closed tenant during the outage: %d %v %s", resp.StatusCode, resp.Header, body)
 	}
 	// Log lines are flushed each second.
-	within(t, 30*time.Second, "the unchecked request logged with its tenant", func() {
+	eventually(t, "the unchecked request logged with its tenant", func() {
 		for !strings.Contains(p.Log(), `"msg":"limits store unreachable","tenant":"open"`) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	})
 
 	fwd.Set("up")
-	within(t, 30*time.Second, "the closed tenant served again", func() {
+	eventually(t, "the closed tenant served again", func() {
 		for {
 			if resp, _ := post(t, p.Addr, closedKey, capBody); resp != nil && resp.StatusCode == 200 {
 				return
@@ -383,7 +383,7 @@ func TestLimitsChangeOnReload(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "capped.yaml"), []byte(policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 30*time.Second, "the raised cap in force", func() {
+	eventually(t, "the raised cap in force", func() {
 		for {
 			if resp, _ := post(t, p.Addr, capKey, capBody); resp != nil && resp.StatusCode == 200 {
 				return
@@ -391,7 +391,7 @@ func TestLimitsChangeOnReload(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	})
-	within(t, 30*time.Second, "the audit line", func() {
+	eventually(t, "the audit line", func() {
 		for !strings.Contains(p.Log(), `"msg":"limits changed","audit":"limits","tenant":"capped","before":"daily $0.000001`) {
 			time.Sleep(100 * time.Millisecond)
 		}

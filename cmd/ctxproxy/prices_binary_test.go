@@ -49,7 +49,7 @@ func lastLedgerCall(t *testing.T, path, model string) string {
 func pricedAs(t *testing.T, addr, ledger, want string) {
 	t.Helper()
 	body := `{"model":"` + pricedModel + `","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`
-	within(t, 20*time.Second, "the price "+want+" in force", func() {
+	eventually(t, "the price "+want+" in force", func() {
 		for {
 			send(t, addr, "/v1/messages", body)
 			time.Sleep(50 * time.Millisecond)
@@ -106,7 +106,7 @@ func TestBinaryPricesReloadWithThePolicies(t *testing.T) {
 	})
 	t.Run("a broken prices.yaml is refused and the last good table stays", func(t *testing.T) {
 		os.WriteFile(filepath.Join(pols, "prices.yaml"), []byte("models:\n  - model: x\n    output: 1\n"), 0o644)
-		within(t, 20*time.Second, "the refusal in the log", func() {
+		eventually(t, "the refusal in the log", func() {
 			for !strings.Contains(p.Log(), "prices reload refused; the last good prices stay in force") {
 				time.Sleep(50 * time.Millisecond)
 			}
@@ -121,7 +121,7 @@ func TestBinaryPricesReloadWithThePolicies(t *testing.T) {
 	t.Run("a tenant added by a file change is a metrics label at once", func(t *testing.T) {
 		const zetaKey = "sk-ant-binary-zeta"
 		os.WriteFile(filepath.Join(pols, "zeta.yaml"), []byte(stack.TenantPolicy("zeta", zetaKey, "memory:\n  mode: off\n")), 0o644)
-		within(t, 20*time.Second, "tenant zeta in the metrics", func() {
+		eventually(t, "tenant zeta in the metrics", func() {
 			for {
 				req, _ := http.NewRequest(http.MethodPost, "http://"+p.Addr+"/v1/messages",
 					strings.NewReader(`{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`))

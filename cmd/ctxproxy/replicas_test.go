@@ -200,7 +200,7 @@ func TestTheProxyRidesOutADatabaseOutage(t *testing.T) {
 	}
 
 	fwd.Set("up")
-	within(t, 20*time.Second, "readiness coming back", func() {
+	eventually(t, "readiness coming back", func() {
 		for {
 			if code, _ := ready(); code == 200 {
 				return

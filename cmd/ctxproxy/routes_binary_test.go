@@ -80,7 +80,7 @@ func TestBinaryEveryRouteIsUnderThePolicy(t *testing.T) {
 			t.Fatalf("%d %s", status, body)
 		}
 		var line string
-		within(t, 10*time.Second, "the count_tokens ledger line", func() {
+		eventually(t, "the count_tokens ledger line", func() {
 			for line = lastLedgerCall(t, ledger, "claude-counted"); line == ""; line = lastLedgerCall(t, ledger, "claude-counted") {
 				time.Sleep(50 * time.Millisecond)
 			}
@@ -94,7 +94,7 @@ func TestBinaryEveryRouteIsUnderThePolicy(t *testing.T) {
 	})
 	t.Run("pass-through requests get a log line", func(t *testing.T) {
 		rawSend(t, p.Addr, "GET", "/v1/models", binKey, "")
-		within(t, 10*time.Second, "the pass-through log line", func() {
+		eventually(t, "the pass-through log line", func() {
 			for !strings.Contains(p.Log(), `"path":"/v1/models","passthrough":true,"status":200`) {
 				time.Sleep(50 * time.Millisecond)
 			}

@@ -1,0 +1,44 @@
+package proxy
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/ctxproxy/ctxproxy/tracing"
+)
+
+// What the upstream sees of the trace: the proxy's own call span when it
+// samples, else the client's traceparent untouched (or none).
+func TestUpstreamTraceparent(t *testing.T) {
+	const incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	const body = `{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`
+	for _, tc := range []struct {
+		name, sampler, sent string
+		want                func(got string) bool
+	}{
+		{"sampled: the proxy's call span is the parent", "always_on", incoming, func(got string) bool {
+			return strings.HasPrefix(got, "00-4bf92f3577b34da6a3ce929d0e0e4736-") && got != incoming && strings.HasSuffix(got, "-01")
+		}},
+		{"not sampled: the client's traceparent passes as it came", "always_off", incoming, func(got string) bool { return got == incoming }},
+		{"not sampled and none sent: none upstream", "always_off", "", func(got string) bool { return got == "" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("OTEL_TRACES_SAMPLER", tc.sampler)
+			tr := tracing.WithExporter(discardExporter{})
+			t.Cleanup(func() { tr.Shutdown(context.Background()) })
+			h := newHarness(t, func(c *Config) { c.Tracer = tr })
+			var hdr []string
+			if tc.sent != "" {
+				hdr = []string{"Traceparent", tc.sent}
+			}
+			resp := h.post("/v1/messages", keyAcme, body, hdr...)
+			if b := readAll(t, resp.Body); resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, b)
+			}
+			if got := h.lastUpstream("/v1/messages").Header.Get("Traceparent"); !tc.want(got) {
+				t.Fatalf("upstream traceparent %q (sent %q)", got, tc.sent)
+			}
+		})
+	}
+}
