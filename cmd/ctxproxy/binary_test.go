@@ -335,7 +335,8 @@ func TestBinaryDebugAddr(t *testing.T) {
 		}
 		code, body := get(t, "http://"+dbg+"/debug/stats?gc=1")
 		if code != 200 || gjson.Get(body, "goroutines").Int() < 2 || gjson.Get(body, "heap_inuse").Int() == 0 ||
-			gjson.Get(body, "stack_inuse").Int() == 0 || gjson.Get(body, "heap_alloc").Int() == 0 || gjson.Get(body, "num_gc").Int() < 2 {
+			gjson.Get(body, "stack_inuse").Int() == 0 || gjson.Get(body, "heap_alloc").Int() == 0 || gjson.Get(body, "num_gc").Int() < 2 ||
+			gjson.Get(body, "heap_live").Int() == 0 || gjson.Get(body, "heap_goal").Int() < gjson.Get(body, "heap_live").Int() {
 			t.Fatalf("stats after gc: %d %s", code, body)
 		}
 		if code, _ := get(t, "http://"+p.Addr+"/debug/pprof/"); code == 200 {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"runtime"
+	"runtime/metrics"
 )
 
 // debugHandler serves what --debug-addr exposes: net/http/pprof under
@@ -31,7 +32,20 @@ type debugStats struct {
 	StackInuse uint64 `json:"stack_inuse"`
 	Sys        uint64 `json:"sys"`
 	NumGC      uint32 `json:"num_gc"`
+	// The heap marked live by the last collection, the goal of the next one
+	// and what the scavenger has given back: a reader that must not disturb
+	// the collector (no ?gc=1) sees the heap's state through these.
+	HeapLive     uint64 `json:"heap_live"`
+	HeapGoal     uint64 `json:"heap_goal"`
+	HeapReleased uint64 `json:"heap_released"`
+	// The runtime's estimate of the CPU time the collector has used so far.
+	GCCPUSeconds float64 `json:"gc_cpu_seconds"`
 }
+
+// gcMetrics are the runtime/metrics samples behind HeapLive, HeapGoal,
+// HeapReleased and GCCPUSeconds, in that order.
+var gcMetrics = []string{"/gc/heap/live:bytes", "/gc/heap/goal:bytes", "/memory/classes/heap/released:bytes",
+	"/cpu/classes/gc/total:cpu-seconds"}
 
 // serveStats answers debugStats; with ?gc=1 it collects first, so the heap
 // numbers are what is live.
@@ -42,9 +56,31 @@ func serveStats(w http.ResponseWriter, r *http.Request) {
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	st := debugStats{Goroutines: runtime.NumGoroutine(), HeapInuse: ms.HeapInuse,
+		HeapAlloc: ms.HeapAlloc, StackInuse: ms.StackInuse, Sys: ms.Sys, NumGC: ms.NumGC}
+	readGCMetrics(&st)
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(debugStats{Goroutines: runtime.NumGoroutine(), HeapInuse: ms.HeapInuse,
-		HeapAlloc: ms.HeapAlloc, StackInuse: ms.StackInuse, Sys: ms.Sys, NumGC: ms.NumGC})
+	_ = json.NewEncoder(w).Encode(st)
+}
+
+// readGCMetrics reads gcMetrics into st; one this runtime does not know
+// reads 0.
+func readGCMetrics(st *debugStats) {
+	s := make([]metrics.Sample, len(gcMetrics))
+	for i, name := range gcMetrics {
+		s[i].Name = name
+	}
+	metrics.Read(s)
+	u := func(i int) uint64 {
+		if s[i].Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return s[i].Value.Uint64()
+	}
+	st.HeapLive, st.HeapGoal, st.HeapReleased = u(0), u(1), u(2)
+	if s[3].Value.Kind() == metrics.KindFloat64 {
+		st.GCCPUSeconds = s[3].Value.Float64()
+	}
 }
 
 // isLoopback: addr is bound to a loopback address only.
