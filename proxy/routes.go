@@ -125,8 +125,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case rt.policy:
+		s.trim.begin()
+		defer s.trim.end()
 		s.serve(w, r, rt.ep)
 	case rt.passthrough:
+		s.trim.begin()
+		defer s.trim.end()
 		s.servePassthrough(w, r)
 	case rt.status == http.StatusMethodNotAllowed:
 		w.Header().Set("Allow", http.MethodPost)

@@ -54,6 +54,7 @@ type Server struct {
 	up     *upstream
 	router *mux.Router
 	pass   http.Handler // the reverse proxy of passthrough routes (servePassthrough authenticates)
+	trim   *idleTrim    // empties the upstream's idle pool after a burst
 }
 
 const (
@@ -92,6 +93,7 @@ func New(cfg Config) (*Server, error) {
 		log: cfg.Log,
 		up:  &upstream{base: cfg.Upstream, client: &http.Client{Transport: rt, CheckRedirect: noRedirect}},
 	}
+	s.trim = newIdleTrim(rt)
 	s.router = s.routes()
 	s.pass = s.tracePassthrough(s.passthrough(rt))
 	return s, nil
