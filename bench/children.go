@@ -117,6 +117,12 @@ type childStats struct {
 	StackInuse uint64 `json:"stack_inuse"`
 	Sys        uint64 `json:"sys"`
 	NumGC      uint32 `json:"num_gc"`
+	// ctxproxy's only (runtime/metrics; 0 from the bench's own children):
+	// live heap at the last GC, the next GC's goal, memory given back to the OS.
+	HeapLive     uint64  `json:"heap_live"`
+	HeapGoal     uint64  `json:"heap_goal"`
+	HeapReleased uint64  `json:"heap_released"`
+	GCCPUSeconds float64 `json:"gc_cpu_seconds"`
 }
 
 func adminMux(srv *http.Server) *http.ServeMux {
@@ -526,6 +532,26 @@ func statFields(pid int) []string {
 		return nil
 	}
 	return strings.Fields(string(b[i+1:]))
+}
+
+// minorFaults is the process's minor page faults so far, from
+// /proc/PID/stat (0 where there is none): a page the runtime gave back to
+// the OS and touches again faults.
+func (c *child) minorFaults() int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 8 { // minflt is field 10, the 8th after the command
+		return 0
+	}
+	n, _ := strconv.ParseInt(f[7], 10, 64)
+	return n
 }
 
 func (c *child) hwm() int64 { return c.procStatus("VmHWM") }

@@ -9,7 +9,7 @@
 //
 //	go run ./bench -quick            # a minute or two
 //	go run ./bench -out bench/RESULTS.md
-//	go run ./bench -long             # 5-minute goroutine/memory growth run
+//	go run ./bench -long             # 5-minute goroutine/memory growth run, then the after-burst check
 //	go run ./bench -pprof /tmp/prof  # CPU and alloc profiles of every proxy cell
 //
 // Every server under test runs as its own process, started fresh for each
@@ -82,7 +82,8 @@ func main() {
 	flag.IntVar(&c.streams, "streams", 500, "concurrent streaming requests of the streams load")
 	flag.IntVar(&c.events, "events", 200, "SSE events per stream")
 	flag.DurationVar(&c.eventDelay, "event-delay", 20*time.Millisecond, "the fake's delay between the events of a stream")
-	flag.BoolVar(&c.long, "long", false, "run the growth check instead of the table: ctxproxy under mixed load for -long-duration")
+	flag.BoolVar(&c.long, "long", false, "run the growth check instead of the table: ctxproxy under mixed load for -long-duration, "+
+		"then a burst of -streams streams and its one-connection latency against a fresh copy for -long-duration/2 (30 s–150 s)")
 	flag.DurationVar(&c.longDur, "long-duration", 5*time.Minute, "length of the -long run")
 	flag.StringVar(&c.out, "out", "", "also write the markdown to this file")
 	flag.StringVar(&c.pprofDir, "pprof", "", "save CPU and alloc profiles of the proxy processes into this folder")

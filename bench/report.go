@@ -251,7 +251,8 @@ func cmdFlags() string {
 }
 
 // longRun drives ctxproxy with a mix of every tenant and load for
-// -long-duration and checks that goroutines and live heap do not grow.
+// -long-duration and checks that goroutines and live heap do not grow; then
+// the after-burst check (burst.go).
 func (r *runner) longRun() (string, error) {
 	c := r.c
 	row := allRows[4] // memory proxy: the path with the most state
@@ -390,5 +391,12 @@ loop:
 	if counts[1] > 0 {
 		fmt.Fprintf(&b, "- note: %d errors (see %s)\n", counts[1], filepath.Join(r.work, "long-ctxproxy.stderr"))
 	}
-	return b.String(), nil
+	// The burst check starts its own servers; these would only sit idle.
+	srv.stop()
+	fake.stop()
+	burst, err := r.burstRun()
+	if err != nil {
+		return "", err
+	}
+	return b.String() + "\n" + burst, nil
 }
