@@ -148,6 +148,11 @@ func (s *Store) Watch(ctx context.Context) error {
 		// written continuously cannot postpone the reload forever.
 		timer.Reset(min(s.debounce, max(0, s.maxDelay-now.Sub(pendingSince))))
 	}
+	// A change made after the store was loaded but before the folder was
+	// watched raised no event: one reload once watching catches it (the proxy
+	// serves while Watch starts, so an edit right after start would otherwise
+	// be missed until the next one).
+	schedule()
 	for {
 		select {
 		case <-ctx.Done():

@@ -125,6 +125,13 @@ func awaitReload(t *testing.T, results <-chan error, cond func() bool) {
 	}
 }
 
+func TestWatchPicksUpAChangeMadeBeforeItStarted(t *testing.T) {
+	s, dir, _ := newTestStore(t, map[string]string{"default.yaml": "tenant: default\n"})
+	write(t, dir, "acme.yaml", "tenant: acme\napi_keys_sha256: ["+hexHash("ka")+"]\n")
+	results := watchStore(t, s)
+	awaitReload(t, results, func() bool { return s.Current().Tenant("acme") != nil })
+}
+
 func TestWatchPicksUpChanges(t *testing.T) {
 	s, dir, _ := newTestStore(t, map[string]string{"default.yaml": "tenant: default\n"})
 	results := watchStore(t, s)
