@@ -98,9 +98,8 @@ func (r *leasedReader) Read(p []byte) (int, error) {
 }
 
 // WriteTo writes what is left to w, in one writev when w is a TCP
-// connection (see upstreamConn). It is the reader's EOF when it succeeds.
-// Not reached through io.Copy (net/http wraps the body in a LimitedReader),
-// and so not part of the io.WriterTo contract that would bypass Read.
+// connection (upstreamConn calls it: net/http's io.Copy of a body sees a
+// LimitedReader, not this). Like Read's EOF, success settles the lease.
 func (r *leasedReader) WriteTo(w io.Writer) (int64, error) {
 	n, err := r.bufs.WriteTo(w)
 	if err == nil {

@@ -129,6 +129,7 @@ type upstream struct {
 	base    *url.URL
 	client  *http.Client
 	targets sync.Map // client path -> *url.URL upstream, without a query; shared, never written
+	// (bounded: classify gives every policy route its one canonical path)
 }
 
 // target is the upstream URL for a client request URL. The few paths the

@@ -93,15 +93,11 @@ func (x *exchange) plainMeta(reply []byte) replyMeta {
 }
 
 // injectTrace gives the upstream request the call span as its parent. The
-// header is the exchange's shared one, so it is copied first.
-//
-// A call the sampler left out is not a hop of the trace: the upstream gets
-// the client's traceparent, if any, as it came, and the request's headers
-// are not copied for it (tracing configured but not sampling costs nothing
-// here).
+// header is the exchange's shared one, so it is copied first, and only when
+// the span is sampled (Tracer.Inject writes nothing for one that is not).
 func (x *exchange) injectTrace(ctx context.Context, req *http.Request) {
 	t := x.s.cfg.Tracer
-	if !t.Enabled() || !x.spans.call.Recording() {
+	if !t.Sampled(ctx) {
 		return
 	}
 	req.Header = req.Header.Clone()

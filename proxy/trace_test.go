@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -38,6 +39,20 @@ func TestUpstreamTraceparent(t *testing.T) {
 			}
 			if got := h.lastUpstream("/v1/messages").Header.Get("Traceparent"); !tc.want(got) {
 				t.Fatalf("upstream traceparent %q (sent %q)", got, tc.sent)
+			}
+			// The pass-through routes follow the same rule.
+			req, _ := http.NewRequest(http.MethodGet, h.proxy.URL+"/v1/models", nil)
+			req.Header.Set("X-Api-Key", keyAcme)
+			if tc.sent != "" {
+				req.Header.Set("Traceparent", tc.sent)
+			}
+			mresp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			readAll(t, mresp.Body)
+			if got := h.lastUpstream("/v1/models").Header.Get("Traceparent"); !tc.want(got) {
+				t.Fatalf("pass-through upstream traceparent %q (sent %q)", got, tc.sent)
 			}
 		})
 	}

@@ -199,12 +199,20 @@ func (t *Tracer) StartMemory(ctx context.Context, command string) (context.Conte
 }
 
 // Inject writes the traceparent of the span in ctx into h, so the upstream
-// sees the proxy's client span as the parent.
+// sees the proxy's span as the parent. A span the sampler left out is not a
+// hop of the trace: nothing is written, and the client's traceparent, if it
+// sent one, goes upstream as it came.
 func (t *Tracer) Inject(ctx context.Context, h http.Header) {
-	if t == nil {
+	if !t.Sampled(ctx) {
 		return
 	}
 	t.prop.Inject(ctx, propagation.HeaderCarrier(h))
+}
+
+// Sampled reports whether Inject would write a traceparent for ctx, so a
+// caller can skip copying headers for it.
+func (t *Tracer) Sampled(ctx context.Context) bool {
+	return t != nil && trace.SpanContextFromContext(ctx).IsSampled()
 }
 
 // Span is a started span; the zero Span (tracing off) ignores every call.
