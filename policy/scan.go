@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math/bits"
@@ -183,77 +182,6 @@ key:
 			return members, 0, 0, e
 		}
 		goto after
-	}
-}
-
-// structural marks the bytes skimValue stops at inside a container.
-var structural = [256]bool{'"': true, '{': true, '}': true, '[': true, ']': true}
-
-// skimValue returns the offset after the string, array or object at i, which sits at nesting depth
-// depth. It checks only what fixes the value's extent: strings end at an unescaped quote, brackets
-// balance and match, nesting stays within maxDepth.
-func skimValue(b []byte, i, depth int) (int, *scanError) {
-	if b[i] == '"' {
-		return skimString(b, i+1)
-	}
-	var stackBuf [64]byte
-	stack := stackBuf[:0]
-	for i < len(b) {
-		for i < len(b) && !structural[b[i]] {
-			i++
-		}
-		if i == len(b) {
-			break
-		}
-		switch c := b[i]; c {
-		case '"':
-			var e *scanError
-			if i, e = skimString(b, i+1); e != nil {
-				return i, e
-			}
-			continue
-		case '{', '[':
-			if depth+len(stack) >= maxDepth {
-				return i, &scanError{i, fmt.Sprintf("nesting deeper than %d levels", maxDepth)}
-			}
-			stack = append(stack, c)
-		default: // '}' or ']'
-			if open := stack[len(stack)-1]; open == '{' && c != '}' || open == '[' && c != ']' {
-				what := "after array element"
-				if open == '{' {
-					what = "after object key:value pair"
-				}
-				return i, &scanError{i, "invalid character " + quoteChar(c) + " " + what}
-			}
-			stack = stack[:len(stack)-1]
-			if len(stack) == 0 {
-				return i + 1, nil
-			}
-		}
-		i++
-	}
-	return len(b), &scanError{len(b), "unexpected end of JSON input"}
-}
-
-// skimString returns the offset after the string whose opening quote is at i-1: the first quote
-// not escaped by an odd run of backslashes, found with bytes.IndexByte (vectorised), contents
-// unchecked.
-func skimString(b []byte, i int) (int, *scanError) {
-	start := i
-	for {
-		q := bytes.IndexByte(b[i:], '"')
-		if q < 0 {
-			return len(b), &scanError{len(b), "unexpected end of JSON input"}
-		}
-		q += i
-		k := q
-		for k > start && b[k-1] == '\\' {
-			k--
-		}
-		if (q-k)%2 == 0 {
-			return q + 1, nil
-		}
-		i = q + 1
 	}
 }
 
