@@ -277,6 +277,8 @@ type cell struct {
 	hwm               int64
 	cpu               time.Duration // the server's user+system time over the measured requests
 	cpuN              int           // the requests (streams) that time served
+	mach              machineTimes  // the whole machine's CPU over the throughput phase (n requests)
+	fakeCPU           time.Duration // the fake upstream's CPU over the throughput phase (n requests)
 	memPerStream      int64         // RSS growth per open stream
 	heapPerStream     int64         // heap+stack growth per open stream
 	goroutinesPerOpen float64
@@ -683,6 +685,8 @@ func (r *runner) interleaved(rows []rowSpec, load string) []*cell {
 		client    *http.Client
 		thr, lat  loadResult
 		cpu       time.Duration // the server's, over the slices it was loaded
+		mach      machineTimes  // the whole machine's, over the throughput phase's slices
+		fakeCPU   time.Duration // the fake upstream's, over the throughput phase's slices
 	}
 	ctx := context.Background()
 	conc := r.c.concurrency
@@ -762,9 +766,13 @@ func (r *runner) interleaved(rows []rowSpec, load string) []*cell {
 		for i := range n {
 			for j := range ls {
 				l := ls[(i+j)%len(ls)]
-				cpu0 := l.srv.cpu()
+				cpu0, m0, f0 := l.srv.cpu(), readMachineTimes(), l.fake.cpu()
 				add(pick(l), closedLoop(ctx, l.client, l.t, l.body, workers, 0, slice, 0))
 				l.cpu += l.srv.cpu() - cpu0
+				if workers > 1 {
+					l.mach = l.mach.add(readMachineTimes().sub(m0))
+					l.fakeCPU += l.fake.cpu() - f0
+				}
 			}
 		}
 	}
@@ -787,6 +795,7 @@ func (r *runner) interleaved(rows []rowSpec, load string) []*cell {
 		cl.p50, cl.p99 = pct(l.lat.lat, .5), pct(l.lat.lat, .99)
 		cl.hwm = l.srv.hwm()
 		cl.cpu, cl.cpuN = l.cpu, l.thr.n+l.lat.n
+		cl.mach, cl.fakeCPU = l.mach, l.fakeCPU
 		if l.thr.errs+l.lat.errs > 0 {
 			cl.err = fmt.Errorf("%d errors, first: %v", l.thr.errs+l.lat.errs, cmp.Or(l.thr.firstErr, l.lat.firstErr))
 		}

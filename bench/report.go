@@ -211,6 +211,7 @@ func (r *runner) markdown(micro []microResult) string {
 	}
 
 	r.rowNotes(&b)
+	r.machineNotes(&b)
 
 	b.WriteString("\n### Hot functions (in-process)\n\n| function | body | ns/op | B/op | allocs/op | B/op ÷ body |\n|---|--:|--:|--:|--:|--:|\n")
 	for _, m := range micro {
