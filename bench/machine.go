@@ -16,8 +16,12 @@ type machineTimes struct {
 	busy, all time.Duration
 }
 
-func (m machineTimes) add(o machineTimes) machineTimes { return machineTimes{m.busy + o.busy, m.all + o.all} }
-func (m machineTimes) sub(o machineTimes) machineTimes { return machineTimes{m.busy - o.busy, m.all - o.all} }
+func (m machineTimes) add(o machineTimes) machineTimes {
+	return machineTimes{m.busy + o.busy, m.all + o.all}
+}
+func (m machineTimes) sub(o machineTimes) machineTimes {
+	return machineTimes{m.busy - o.busy, m.all - o.all}
+}
 
 // readMachineTimes reads /proc/stat's first line (zero where there is none): user nice system
 // idle iowait irq softirq steal, in USER_HZ ticks.
