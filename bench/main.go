@@ -91,7 +91,7 @@ func main() {
 		"1,1r,2,2p,3,4,5,4i,4c,N,5i,4c0,4t0,4t,5h0,5w,5h; N needs nginx and is skipped without it)")
 	flag.StringVar(&c.loads, "loads", "", "comma-separated loads to run (default all: small,large,streams)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work folder (logs, ledgers, policies)")
-	flag.IntVar(&c.repeat, "repeat", 1, "run every load this many times, rows interleaved, and report each cell's median run (the machine is shared)")
+	flag.IntVar(&c.repeat, "repeat", 1, "run every load this many times, each run with fresh processes, and report each cell's median (the machine is shared)")
 	flag.Parse()
 	if c.quick {
 		set := map[string]bool{}
@@ -365,7 +365,19 @@ func run(c config) (string, error) {
 			}
 		}
 		if load != "streams" {
-			r.cells = append(r.cells, r.interleaved(lrows, load)...)
+			// Each run starts every row's processes afresh: one process can sit 20 µs
+			// from another of the same row at one connection, which interleaving in
+			// time cannot even out.
+			runs := make([][]*cell, len(lrows))
+			for rep := range max(c.repeat, 1) {
+				fmt.Fprintf(os.Stderr, "[%5.1fs] run %d of load %s\n", time.Since(r.started).Seconds(), rep+1, load)
+				for i, cl := range r.interleaved(lrows, load) {
+					runs[i] = append(runs[i], cl)
+				}
+			}
+			for _, cs := range runs {
+				r.cells = append(r.cells, medianOfRuns(cs))
+			}
 			continue
 		}
 		// Streams: whole waves, rows in turn, -repeat times; each cell's median.
@@ -408,6 +420,32 @@ func median(cs []*cell) *cell {
 		return cmp.Compare(a.rps, b.rps)
 	})
 	return ok[len(ok)/2]
+}
+
+// medianOfRuns merges one row's runs of an interleaved load: the run with the
+// median req/s, with the median of the runs' unloaded p50 and p99 and CPU per
+// request, each taken on its own.
+func medianOfRuns(cs []*cell) *cell {
+	m := *median(cs)
+	var ok []*cell
+	for _, c := range cs {
+		if c.err == nil {
+			ok = append(ok, c)
+		}
+	}
+	if len(ok) < 2 {
+		return &m
+	}
+	mid := func(key func(*cell) time.Duration) *cell {
+		s := slices.Clone(ok)
+		slices.SortFunc(s, func(a, b *cell) int { return cmp.Compare(key(a), key(b)) })
+		return s[len(s)/2]
+	}
+	m.p50 = mid(func(c *cell) time.Duration { return c.p50 }).p50
+	m.p99 = mid(func(c *cell) time.Duration { return c.p99 }).p99
+	cpu := mid((*cell).cpuPer)
+	m.cpu, m.cpuN = cpu.cpu, cpu.cpuN
+	return &m
 }
 
 func writePolicies(dir string, files map[string]string) error {

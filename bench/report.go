@@ -151,7 +151,8 @@ func (r *runner) markdown(micro []microResult) string {
 	b.WriteString(machine())
 	fmt.Fprintf(&b, "- load: %d workers (large bodies: %d) for %v per row (after %v warmup), then 1 worker for %v per row (the latency columns); "+
 		"small and large run with every row's servers up and the load moving from row to row in 250 ms (large: 500 ms) slices, round-robin, "+
-		"so the shared machine's background load falls on all rows alike; streams run row after row, %d time(s), median run shown; "+
+		"so the shared machine's background load falls on all rows alike; streams run row after row; every load runs %d time(s), each with fresh processes: "+
+		"the median run by req/s shown, with the median of the runs' p50, p99 and CPU/req (small, large); "+
 		"small body %d B, large body %d B (%d-message tool transcript); streams: %d concurrent × %d events, %v apart\n\n",
 		c.concurrency, c.largeConc, c.duration, c.duration/8, c.duration/2, max(c.repeat, 1), len(r.bodies["small"]), len(r.bodies["large"]), c.largeTurns+1,
 		c.streams, c.events, c.eventDelay)

@@ -117,3 +117,23 @@ func BenchmarkRewriteParts1MB(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSkim1MB is the skim of a 1 MiB transcript's messages: by 64-byte blocks (vector code
+// where the CPU has it) and stopping at each quote (what other CPUs run).
+func BenchmarkSkim1MB(b *testing.B) {
+	body := transcript(200)
+	at := strings.Index(string(body), `"messages":`) + len(`"messages":`)
+	for _, skim := range []struct {
+		name string
+		f    func([]byte, int, int) (int, *scanError)
+	}{{"blocks", skimValueBlocks}, {"bytes", skimValueBytes}} {
+		b.Run(skim.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body) - at))
+			for b.Loop() {
+				if end, err := skim.f(body, at, 1); err != nil || end != len(body)-1 {
+					b.Fatal(end, err)
+				}
+			}
+		})
+	}
+}

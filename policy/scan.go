@@ -32,8 +32,9 @@ const (
 	scanAll scanMode = iota
 	// scanSkimBulk validates everything but the values of the bulk members (bulkKey): those are
 	// only skimmed, for their extent, their nesting depth and balanced brackets, string contents
-	// skipped in bulk. The API validates the body in full; what the proxy must get right itself
-	// (where each member ends, nesting, duplicate keys, the members it reads) is still checked.
+	// skipped in bulk (skim.go). The API validates the body in full; what the proxy must get
+	// right itself (where each member ends, nesting, duplicate keys, the members it reads) is
+	// still checked.
 	scanSkimBulk
 )
 
