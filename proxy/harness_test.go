@@ -13,12 +13,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
+	"github.com/ctxproxy/ctxproxy/internal/testwait"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/ctxproxy/ctxproxy/policy"
 )
@@ -198,24 +198,8 @@ func (h *harness) lastUpstream(path string) fakeapi.Request {
 	return r
 }
 
-// eventually waits for f, which polls for something the test expects to
-// happen. It has no deadline of its own, which a busy machine could miss:
-// only the test binary's -timeout bounds it, and it fails a little before
-// that, saying what never happened (instead of a bare goroutine dump).
-func eventually(t *testing.T, what string, f func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() { defer close(done); f() }()
-	var limit <-chan time.Time
-	if dl, ok := t.Deadline(); ok {
-		limit = time.After(max(time.Until(dl)-20*time.Second, time.Until(dl)/2))
-	}
-	select {
-	case <-done:
-	case <-limit:
-		t.Fatalf("%s never happened", what)
-	}
-}
+// eventually is testwait.Eventually, under the name the tests here use.
+var eventually = testwait.Eventually
 
 type jsonRaw = json.RawMessage
 

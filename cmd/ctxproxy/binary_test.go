@@ -23,6 +23,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/internal/binaries"
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
 	"github.com/ctxproxy/ctxproxy/internal/stack"
+	"github.com/ctxproxy/ctxproxy/internal/testwait"
 )
 
 // These tests drive the built binary, as a user would.
@@ -286,24 +287,8 @@ func TestBinaryStopsGracefullyOnSIGTERM(t *testing.T) {
 	}
 }
 
-// eventually waits for f, which polls for something the test expects to
-// happen. It has no deadline of its own, which a busy machine could miss:
-// only the test binary's -timeout bounds it, and it fails a little before
-// that, saying what never happened (instead of a bare goroutine dump).
-func eventually(t *testing.T, what string, f func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() { defer close(done); f() }()
-	var limit <-chan time.Time
-	if dl, ok := t.Deadline(); ok {
-		limit = time.After(max(time.Until(dl)-20*time.Second, time.Until(dl)/2))
-	}
-	select {
-	case <-done:
-	case <-limit:
-		t.Fatalf("%s never happened", what)
-	}
-}
+// eventually is testwait.Eventually, under the name the tests here use.
+var eventually = testwait.Eventually
 
 func TestBinaryDebugAddr(t *testing.T) {
 	_, upURL := fakeUpstream(t)
