@@ -123,14 +123,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rt.path != "" && rt.path != r.URL.Path {
 		r = withPath(r, rt.path)
 	}
+	if rt.policy || rt.passthrough { // the routes that use the upstream transport
+		s.trim.begin()
+		defer s.trim.end()
+	}
 	switch {
 	case rt.policy:
-		s.trim.begin()
-		defer s.trim.end()
 		s.serve(w, r, rt.ep)
 	case rt.passthrough:
-		s.trim.begin()
-		defer s.trim.end()
 		s.servePassthrough(w, r)
 	case rt.status == http.StatusMethodNotAllowed:
 		w.Header().Set("Allow", http.MethodPost)
