@@ -318,7 +318,7 @@ func burstMarkdown(c config, rows []burstSample, measure, window, every time.Dur
 			fmtBytes(int64(s.stats.HeapLive)), fmtBytes(int64(s.stats.HeapGoal)), fmtBytes(int64(s.stats.HeapReleased)),
 			s.stats.Goroutines, fmtBytes(s.rss), s.upstream, s.stats.NumGC)
 	}
-	b.WriteString("\n" + burstVerdict(rows, every) + "\n")
+	b.WriteString("\n" + burstVerdict(rows) + "\n")
 	return b.String()
 }
 
@@ -337,7 +337,7 @@ func burstPairs(rows []burstSample) [][2]burstSample {
 // burstVerdict says how far the long-running server is from the fresh copy:
 // wall-clock differences at each point (noise on a shared machine), and a
 // check on the state it keeps, which does not depend on the machine's load.
-func burstVerdict(rows []burstSample, every time.Duration) string {
+func burstVerdict(rows []burstSample) string {
 	pairs := burstPairs(rows)
 	if len(pairs) == 0 {
 		return "- no point measured both servers"

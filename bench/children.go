@@ -538,15 +538,7 @@ func statFields(pid int) []string {
 // /proc/PID/stat (0 where there is none): a page the runtime gave back to
 // the OS and touches again faults.
 func (c *child) minorFaults() int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.pid))
-	if err != nil {
-		return 0
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
+	f := statFields(c.pid)
 	if len(f) < 8 { // minflt is field 10, the 8th after the command
 		return 0
 	}

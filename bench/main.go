@@ -404,12 +404,7 @@ func run(c config) (string, error) {
 // median is the run whose main number is the median: req/s, or for
 // streams the event p99. Failed runs count only when all failed.
 func median(cs []*cell) *cell {
-	var ok []*cell
-	for _, c := range cs {
-		if c.err == nil {
-			ok = append(ok, c)
-		}
-	}
+	ok := succeeded(cs)
 	if len(ok) == 0 {
 		return cs[0]
 	}
@@ -422,24 +417,29 @@ func median(cs []*cell) *cell {
 	return ok[len(ok)/2]
 }
 
-// medianOfRuns merges one row's runs of an interleaved load: the run with the
-// median req/s, with the median of the runs' unloaded p50 and p99 and CPU per
-// request, each taken on its own.
-func medianOfRuns(cs []*cell) *cell {
-	m := *median(cs)
+// succeeded is the runs of cs that did not fail, in a new slice.
+func succeeded(cs []*cell) []*cell {
 	var ok []*cell
 	for _, c := range cs {
 		if c.err == nil {
 			ok = append(ok, c)
 		}
 	}
+	return ok
+}
+
+// medianOfRuns merges one row's runs of an interleaved load: the run with the
+// median req/s, with the median of the runs' unloaded p50 and p99 and CPU per
+// request, each taken on its own.
+func medianOfRuns(cs []*cell) *cell {
+	m := *median(cs)
+	ok := succeeded(cs)
 	if len(ok) < 2 {
 		return &m
 	}
 	mid := func(key func(*cell) time.Duration) *cell {
-		s := slices.Clone(ok)
-		slices.SortFunc(s, func(a, b *cell) int { return cmp.Compare(key(a), key(b)) })
-		return s[len(s)/2]
+		slices.SortFunc(ok, func(a, b *cell) int { return cmp.Compare(key(a), key(b)) })
+		return ok[len(ok)/2]
 	}
 	m.p50 = mid(func(c *cell) time.Duration { return c.p50 }).p50
 	m.p99 = mid(func(c *cell) time.Duration { return c.p99 }).p99
