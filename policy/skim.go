@@ -27,23 +27,21 @@ const (
 	oddBits  = ^uint64(evenBits)
 )
 
-// blockMasksGeneric classifies the 64-byte blocks of src, one per element of dst.
-func blockMasksGeneric(dst []blockMasks, src []byte) {
-	for k := range dst {
-		var m blockMasks
-		for i, c := range src[k*64 : k*64+64] {
-			bit := uint64(1) << i
-			switch c {
-			case '"':
-				m.quotes |= bit
-			case '\\':
-				m.backslashes |= bit
-			case '[', ']', '{', '}':
-				m.brackets |= bit
-			}
+// masksOf classifies the first 64 bytes of src.
+func masksOf(src []byte) blockMasks {
+	var m blockMasks
+	for i, c := range src[:64] {
+		bit := uint64(1) << i
+		switch c {
+		case '"':
+			m.quotes |= bit
+		case '\\':
+			m.backslashes |= bit
+		case '[', ']', '{', '}':
+			m.brackets |= bit
 		}
-		dst[k] = m
 	}
+	return m
 }
 
 // escapedBy returns the bytes of a block escaped by a backslash (the byte after each odd-length
@@ -98,10 +96,9 @@ func (s *blockState) step(m *blockMasks) (quotes, brackets uint64) {
 // being skimmed), else a bracket outside strings. It returns that block's index and its events,
 // or the number of blocks and 0.
 func skimBlocksGeneric(src []byte, st *blockState, strMask uint64) (k int, events uint64) {
-	var m [1]blockMasks
 	for k = 0; k < len(src)/64; k++ {
-		blockMasksGeneric(m[:], src[k*64:])
-		quotes, brackets := st.step(&m[0])
+		m := masksOf(src[k*64:])
+		quotes, brackets := st.step(&m)
 		if events = quotes&strMask | brackets&^strMask; events != 0 {
 			return k, events
 		}
