@@ -462,6 +462,47 @@ func TestRecorderWritesWhatQueuedWhileTheLedgerWasBusyInOneBatch(t *testing.T) {
 	}
 }
 
+// batchCounter is a BatchLedger that keeps each batch it is handed.
+type batchCounter struct {
+	discardLedger
+	mu      sync.Mutex
+	batches [][]Call
+}
+
+func (b *batchCounter) AppendBatch(_ context.Context, cs []Call) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.batches = append(b.batches, append([]Call(nil), cs...))
+	return len(cs), nil
+}
+
+func TestRecorderFlushDelay(t *testing.T) {
+	ctx := context.Background()
+	t.Run("records sent while the writer gathers go out in one write, and Close does not wait out the delay", func(t *testing.T) {
+		bc := &batchCounter{}
+		r := NewRecorder(nil, nil, bc, nil, WithFlushDelay(time.Hour))
+		for i := range 50 {
+			r.Record(ctx, Call{RequestID: fmt.Sprintf("req_%d", i)})
+		}
+		if err := r.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if len(bc.batches) != 1 || len(bc.batches[0]) != 50 || bc.batches[0][49].RequestID != "req_49" {
+			t.Fatalf("%d batches (first of %d), want one of all 50 in order", len(bc.batches), len(bc.batches[0]))
+		}
+	})
+	t.Run("a negative delay writes each record as it comes when nothing else is queued", func(t *testing.T) {
+		g := &gateLedger{entered: make(chan struct{}), release: make(chan struct{})}
+		r := NewRecorder(nil, nil, g, nil, WithFlushDelay(-1))
+		r.Record(ctx, Call{RequestID: "req_0"})
+		<-g.entered // written without waiting for more (a delay of an hour would hang here)
+		close(g.release)
+		if err := r.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // BenchmarkRecordToFileLedger is Record through the writer goroutine into a file ledger,
 // flushed by Close, at the pace the writer keeps: what a busy proxy pays per call for its
 // ledger.

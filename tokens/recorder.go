@@ -30,6 +30,10 @@ type Recorder struct {
 
 	QueueSize     int           // records that may wait for the ledger, besides the batch in a write; default 8192
 	AppendTimeout time.Duration // bound on each ledger write (one batch); default 5s
+	// FlushDelay is how long the writer lets records gather before a batch write (BatchLedger
+	// only), so a busy proxy pays one wake-up and one write per delay, not per call; default
+	// 5ms, negative for none. Close writes what is queued without waiting.
+	FlushDelay time.Duration
 
 	prices atomic.Pointer[Prices] // set by SetPrices, wins over Prices
 
@@ -37,6 +41,7 @@ type Recorder struct {
 	mu        sync.RWMutex // guards closed against sends on the closed queue
 	closed    bool
 	queue     chan Call
+	closing   chan struct{} // closed by Close: the writer stops gathering
 	done      chan struct{}
 
 	dropped atomic.Int64
@@ -48,6 +53,9 @@ type RecorderOption func(*Recorder)
 
 // WithQueueSize sets Recorder.QueueSize.
 func WithQueueSize(n int) RecorderOption { return func(r *Recorder) { r.QueueSize = n } }
+
+// WithFlushDelay sets Recorder.FlushDelay.
+func WithFlushDelay(d time.Duration) RecorderOption { return func(r *Recorder) { r.FlushDelay = d } }
 
 // WithAppendTimeout sets Recorder.AppendTimeout.
 func WithAppendTimeout(d time.Duration) RecorderOption {
@@ -75,7 +83,11 @@ func (r *Recorder) start() {
 		if r.AppendTimeout <= 0 {
 			r.AppendTimeout = 5 * time.Second
 		}
+		if r.FlushDelay == 0 {
+			r.FlushDelay = 5 * time.Millisecond
+		}
 		r.queue = make(chan Call, r.QueueSize)
+		r.closing = make(chan struct{})
 		r.done = make(chan struct{})
 		if r.Ledger == nil {
 			close(r.done)
@@ -149,8 +161,10 @@ func (r *Recorder) drop(c Call, why string) {
 // maxBatch bounds the records handed to the ledger in one write.
 const maxBatch = 256
 
-// write is the writer goroutine: it takes whatever is queued (up to maxBatch) and stores it in
-// one ledger write, so a busy proxy pays one write(2) or INSERT per batch, not per call.
+// write is the writer goroutine: woken by a record, it lets more gather (FlushDelay), takes
+// whatever is queued (up to maxBatch) and stores it in one ledger write, so a busy proxy pays one
+// wake-up and one write(2) or INSERT per batch, not per call. While it gathers it does not wait
+// on the queue: a record sent then wakes nobody.
 func (r *Recorder) write() {
 	defer close(r.done)
 	limit := 1 // a plain Ledger takes one record at a time, off the queue only as it writes it
@@ -160,6 +174,9 @@ func (r *Recorder) write() {
 	batch := make([]Call, 0, limit)
 	for c := range r.queue {
 		batch = append(batch[:0], c)
+		if limit > 1 && r.FlushDelay > 0 && len(r.queue) < limit-1 {
+			r.gather()
+		}
 	drain:
 		for len(batch) < limit {
 			select {
@@ -174,6 +191,16 @@ func (r *Recorder) write() {
 		}
 		r.store(batch)
 		clear(batch) // no record outlives its write
+	}
+}
+
+// gather waits FlushDelay, or until Close.
+func (r *Recorder) gather() {
+	t := time.NewTimer(r.FlushDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-r.closing:
 	}
 }
 
@@ -222,6 +249,7 @@ func (r *Recorder) Close(ctx context.Context) error {
 	r.mu.Lock()
 	if !r.closed {
 		r.closed = true
+		close(r.closing)
 		close(r.queue)
 	}
 	r.mu.Unlock()
