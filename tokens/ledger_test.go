@@ -476,6 +476,14 @@ func (b *batchCounter) AppendBatch(_ context.Context, cs []Call) (int, error) {
 	return len(cs), nil
 }
 
+func batchSizes(bs [][]Call) []int {
+	var n []int
+	for _, b := range bs {
+		n = append(n, len(b))
+	}
+	return n
+}
+
 func TestRecorderFlushDelay(t *testing.T) {
 	ctx := context.Background()
 	t.Run("records sent while the writer gathers go out in one write, and Close does not wait out the delay", func(t *testing.T) {
@@ -489,6 +497,22 @@ func TestRecorderFlushDelay(t *testing.T) {
 		}
 		if len(bc.batches) != 1 || len(bc.batches[0]) != 50 || bc.batches[0][49].RequestID != "req_49" {
 			t.Fatalf("%d batches (first of %d), want one of all 50 in order", len(bc.batches), len(bc.batches[0]))
+		}
+	})
+	t.Run("more than a batch holds goes out in full batches, nothing lost, in order", func(t *testing.T) {
+		bc := &batchCounter{}
+		r := NewRecorder(nil, nil, bc, nil, WithFlushDelay(time.Hour))
+		for i := range maxBatch + 44 {
+			r.Record(ctx, Call{RequestID: fmt.Sprintf("req_%d", i)})
+		}
+		if err := r.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if len(bc.batches) != 2 || len(bc.batches[0]) != maxBatch || len(bc.batches[1]) != 44 {
+			t.Fatalf("batches of %v records, want %d then 44", batchSizes(bc.batches), maxBatch)
+		}
+		if last := bc.batches[1][43].RequestID; last != fmt.Sprintf("req_%d", maxBatch+43) {
+			t.Fatalf("last record %s", last)
 		}
 	})
 	t.Run("a negative delay writes each record as it comes when nothing else is queued", func(t *testing.T) {

@@ -161,37 +161,54 @@ func (r *Recorder) drop(c Call, why string) {
 // maxBatch bounds the records handed to the ledger in one write.
 const maxBatch = 256
 
-// write is the writer goroutine: woken by a record, it lets more gather (FlushDelay), takes
-// whatever is queued (up to maxBatch) and stores it in one ledger write, so a busy proxy pays one
-// wake-up and one write(2) or INSERT per batch, not per call. While it gathers it does not wait
-// on the queue: a record sent then wakes nobody.
+// write is the writer goroutine. It stores what is queued (up to maxBatch) in one ledger write,
+// so a busy proxy pays one write(2) or INSERT per batch, not per call. With a FlushDelay it lets
+// records gather that long before each write and, while every delay brings some, keeps sleeping
+// on its timer instead of waiting on the queue: a record sent then readies no goroutine, which
+// on a request's path costs a wake-up of another CPU. A delay that brings none sends it back to
+// waiting on the queue, so an idle proxy's writer sleeps.
 func (r *Recorder) write() {
 	defer close(r.done)
 	limit := 1 // a plain Ledger takes one record at a time, off the queue only as it writes it
 	if _, ok := r.Ledger.(BatchLedger); ok {
 		limit = maxBatch
 	}
+	gathering := limit > 1 && r.FlushDelay > 0
 	batch := make([]Call, 0, limit)
 	for c := range r.queue {
 		batch = append(batch[:0], c)
-		if limit > 1 && r.FlushDelay > 0 && len(r.queue) < limit-1 {
-			r.gather()
-		}
-	drain:
-		for len(batch) < limit {
-			select {
-			case c, ok := <-r.queue:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, c)
-			default:
-				break drain
+		for {
+			if gathering && len(r.queue) < limit-len(batch) {
+				r.gather()
+			}
+			batch = r.drain(batch, limit)
+			if len(batch) == 0 {
+				break
+			}
+			r.store(batch)
+			clear(batch) // no record outlives its write
+			batch = batch[:0]
+			if !gathering {
+				break
 			}
 		}
-		r.store(batch)
-		clear(batch) // no record outlives its write
 	}
+}
+
+// drain appends to batch what the queue holds, without waiting, up to limit records.
+func (r *Recorder) drain(batch []Call, limit int) []Call {
+	for len(batch) < limit {
+		select {
+		case c, ok := <-r.queue:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, c)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // gather waits FlushDelay, or until Close.
