@@ -515,7 +515,7 @@ func TestRecorderFlushDelay(t *testing.T) {
 			t.Fatalf("last record %s", last)
 		}
 	})
-	t.Run("a negative delay writes each record as it comes when nothing else is queued", func(t *testing.T) {
+	t.Run("a negative delay writes a lone record without holding it back", func(t *testing.T) {
 		g := &gateLedger{entered: make(chan struct{}), release: make(chan struct{})}
 		r := NewRecorder(nil, nil, g, nil, WithFlushDelay(-1))
 		r.Record(ctx, Call{RequestID: "req_0"})
