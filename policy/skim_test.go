@@ -66,7 +66,22 @@ func TestEscapedBy(t *testing.T) {
 	}
 }
 
+// skimKernel is one of the block walks skimBlocks may run (skimKernels lists this CPU's).
+type skimKernel struct {
+	name   string
+	avx512 bool
+}
+
 func TestSkimBlocks(t *testing.T) {
+	for _, k := range skimKernels() {
+		t.Run(k.name+" agrees with the plain Go walk from any state", func(t *testing.T) {
+			defer useSkimKernel(k)()
+			testSkimBlocks(t)
+		})
+	}
+}
+
+func testSkimBlocks(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	src := make([]byte, 64*8)
 	for run := range 2000 {
@@ -170,12 +185,16 @@ func FuzzSkimBlocks(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte, state uint8) {
 		st := blockState{escaped: uint64(state & 1), inStr: -uint64(state >> 1 & 1)}
 		strMask := -uint64(state >> 2 & 1)
-		gotSt, wantSt := st, st
-		gotK, gotEv := skimBlocks(b, &gotSt, strMask)
-		wantK, wantEv := skimBlocksGeneric(b, &wantSt, strMask)
-		if gotK != wantK || gotEv != wantEv || gotSt != wantSt {
-			t.Fatalf("%q from %+v, strMask %x: got block %d events %x state %+v, want %d %x %+v",
-				b, st, strMask, gotK, gotEv, gotSt, wantK, wantEv, wantSt)
+		for _, k := range skimKernels() {
+			restore := useSkimKernel(k)
+			gotSt, wantSt := st, st
+			gotK, gotEv := skimBlocks(b, &gotSt, strMask)
+			wantK, wantEv := skimBlocksGeneric(b, &wantSt, strMask)
+			restore()
+			if gotK != wantK || gotEv != wantEv || gotSt != wantSt {
+				t.Fatalf("%s: %q from %+v, strMask %x: got block %d events %x state %+v, want %d %x %+v",
+					k.name, b, st, strMask, gotK, gotEv, gotSt, wantK, wantEv, wantSt)
+			}
 		}
 	})
 }
