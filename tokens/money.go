@@ -1,6 +1,7 @@
 package tokens
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
@@ -51,16 +52,24 @@ func (m Money) appendDecimal(b []byte, decimals int) []byte {
 		b = append(b, '-')
 	}
 	b = strconv.AppendUint(b, whole, 10)
-	digits := fmt.Sprintf("%09d", frac)
+	// The nine digits of the fraction, zero-padded; written by hand because
+	// every ledger line formats two amounts and fmt allocates.
+	var nine [9]byte
+	for i := len(nine) - 1; i >= 0; i-- {
+		nine[i] = byte('0' + frac%10)
+		frac /= 10
+	}
+	digits := nine[:]
 	if decimals >= 0 {
 		digits = digits[:decimals]
 	} else {
-		digits = strings.TrimRight(digits, "0")
-		for len(digits) < 2 {
-			digits += "0"
+		// Trailing zeros go, but cents stay: the dropped digits were zeros.
+		digits = bytes.TrimRight(digits, "0")
+		if len(digits) < 2 {
+			digits = nine[:2]
 		}
 	}
-	if digits != "" {
+	if len(digits) > 0 {
 		b = append(b, '.')
 		b = append(b, digits...)
 	}
