@@ -43,7 +43,7 @@ func (p *Policy) RewriteBatch(body []byte, h http.Header) ([]byte, BatchInfo, er
 		}
 		at := func(e error) error { return batchError(e, i, r.Get("custom_id").Str) }
 		raw := body[params.Index : params.Index+len(params.Raw)]
-		pops, pinfo, perr := p.rewrite(raw, nil, true)
+		pops, pinfo, perr := p.rewrite(raw, nil, true, span{})
 		if perr != nil {
 			err = at(perr)
 			return false
@@ -81,7 +81,7 @@ func batchRequests(body []byte) (gjson.Result, error) {
 	s := unsafe.String(unsafe.SliceData(body), len(body))
 	var mbuf [4]topMember
 	members := mbuf[:0]
-	members, start, _, serr := scanBody(body, members, scanAll)
+	members, start, _, serr := scanBody(body, members, scanAll, span{})
 	if serr != nil {
 		if serr.off == 0 && len(trimRightSpace(s)) == 0 {
 			return gjson.Result{}, badRequest("request body is empty; expected a JSON object")

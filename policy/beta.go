@@ -5,6 +5,40 @@ import (
 	"strings"
 )
 
+// Betas is the set of betas a rewrite merges into anthropic-beta.
+type Betas uint8
+
+const (
+	BetasContextManagement Betas = 1 << iota // BetaContextManagement
+	BetasCompact                             // BetaCompact
+)
+
+// Betas is what the rewrite merged into the headers: the context-management beta when the body
+// ends up with context_management or the memory tool, the compaction beta with a compact edit.
+func (i RewriteInfo) Betas() Betas {
+	var bs Betas
+	if i.NeedsBeta {
+		bs |= BetasContextManagement
+	}
+	if i.Compact {
+		bs |= BetasCompact
+	}
+	return bs
+}
+
+// Merge merges bs into h as Rewrite does, so a header built ahead of the body (a Lead's) is the
+// one Rewrite would have made when the sets match. It reports whether the context-management
+// beta was added.
+func (bs Betas) Merge(h http.Header) (added bool) {
+	if bs&BetasContextManagement != 0 {
+		added = MergeBeta(h, BetaContextManagement)
+	}
+	if bs&BetasCompact != 0 {
+		MergeBeta(h, BetaCompact)
+	}
+	return added
+}
+
 // MergeBeta merges beta into h's anthropic-beta list: repeated header lines are folded into one
 // comma-separated line, names are trimmed, empty items and duplicates dropped, the client's order
 // kept and beta appended when missing. It reports whether beta was added.

@@ -102,11 +102,11 @@ func FuzzRewrite(f *testing.F) {
 // invalidOnlyInBulk reports whether the first error a full scan finds in body lies inside the value
 // of a bulk member (messages, system, tools), as the skimming scan delimits them.
 func invalidOnlyInBulk(body []byte) bool {
-	_, _, _, err := scanBody(body, nil, scanAll)
+	_, _, _, err := scanBody(body, nil, scanAll, span{})
 	if err == nil {
 		return true
 	}
-	members, _, _, serr := scanBody(body, nil, scanSkimBulk)
+	members, _, _, serr := scanBody(body, nil, scanSkimBulk, span{})
 	if serr != nil {
 		return false
 	}

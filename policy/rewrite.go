@@ -95,7 +95,7 @@ func (o splice) len() int { return len(o.pre) + len(o.data) + len(o.post) }
 // and body is never modified. h is modified in place (only when err is nil). A nil p checks the
 // body and changes nothing. Errors are *RequestError.
 func (p *Policy) Rewrite(body []byte, h http.Header, countTokens bool) ([]byte, RewriteInfo, error) {
-	ops, info, err := p.rewrite(body, h, false)
+	ops, info, err := p.rewrite(body, h, false, span{})
 	if err != nil {
 		return nil, info, err
 	}
@@ -110,7 +110,7 @@ func (p *Policy) Rewrite(body []byte, h http.Header, countTokens bool) ([]byte, 
 // body's own array (no allocation), and body's bytes are no longer the
 // request the client sent. Otherwise it is Rewrite, and body is untouched.
 func (p *Policy) RewriteInPlace(body []byte, h http.Header, countTokens bool) ([]byte, RewriteInfo, error) {
-	ops, info, err := p.rewrite(body, h, false)
+	ops, info, err := p.rewrite(body, h, false, span{})
 	if err != nil {
 		return nil, info, err
 	}
@@ -128,7 +128,7 @@ func (p *Policy) RewriteInPlace(body []byte, h http.Header, countTokens bool) ([
 // is not copied for the few hundred bytes the rules add). One piece, body
 // itself, when nothing changed.
 func (p *Policy) RewriteParts(body []byte, h http.Header, countTokens bool) ([][]byte, RewriteInfo, error) {
-	ops, info, err := p.rewrite(body, h, false)
+	ops, info, err := p.rewrite(body, h, false, span{})
 	if err != nil {
 		return nil, info, err
 	}
@@ -139,16 +139,17 @@ func (p *Policy) RewriteParts(body []byte, h http.Header, countTokens bool) ([][
 }
 
 // rewrite works out the splices that apply p; none when nothing changes.
+// skimmed, when not zero, is a value the caller's Lead already skimmed.
 // count_tokens and messages follow the same rules. In a batch (inBatch) the
 // memory tool is added only in inject mode: nobody could run a proxy-mode
 // loop inside a batch.
-func (p *Policy) rewrite(body []byte, h http.Header, inBatch bool) ([]splice, RewriteInfo, error) {
+func (p *Policy) rewrite(body []byte, h http.Header, inBatch bool, skimmed span) ([]splice, RewriteInfo, error) {
 	var info RewriteInfo
 	s := unsafe.String(unsafe.SliceData(body), len(body)) // read-only view: body is never written
 
 	var mbuf [16]topMember
 	members := mbuf[:0]
-	members, start, rootEnd, serr := scanBody(body, members, scanSkimBulk)
+	members, start, rootEnd, serr := scanBody(body, members, scanSkimBulk, skimmed)
 	if serr != nil {
 		if serr.off == 0 && len(trimRightSpace(s)) == 0 {
 			return nil, info, badRequest("request body is empty; expected a JSON object")
@@ -297,44 +298,13 @@ members:
 		info.MemoryDeclared = inline
 		switch {
 		case tools.found && tools.val.Type != gjson.Null:
-			if !tools.val.IsArray() {
-				return nil, info, badRequest("tools must be an array, got %s", jsonKind(tools.val.Raw[0]))
+			op, declared, err := p.memoryToolOp(s, tools)
+			if err != nil {
+				return nil, info, err
 			}
-			var conflict *RequestError
-			n := 0
-			tools.val.ForEach(func(_, t gjson.Result) bool {
-				i := n
-				n++
-				if !t.IsObject() {
-					return true
-				}
-				if t.Get("name").Str != MemoryToolName {
-					return true
-				}
-				typ := t.Get("type")
-				if typ.Str == MemoryToolType {
-					info.MemoryDeclared = true
-					return true
-				}
-				kind := "a custom tool without a type"
-				if typ.Exists() {
-					kind = "type " + typ.Raw
-				}
-				conflict = badRequest("tools[%d] is a tool named %q (%s), which conflicts with the memory tool "+
-					`{"type":%q,"name":%q} that this tenant's policy adds (memory.mode: %s); rename the tool or use a tenant with memory.mode: off`,
-					i, MemoryToolName, kind, MemoryToolType, MemoryToolName, p.Memory.Mode)
-				return false
-			})
-			if conflict != nil {
-				return nil, info, conflict
-			}
+			info.MemoryDeclared = info.MemoryDeclared || declared
 			if !info.MemoryDeclared {
-				at := insertPos(s, tools.end()-1) // before the array's ']'
-				sep := ","
-				if n == 0 {
-					sep = ""
-				}
-				ops = append(ops, splice{start: at, end: at, pre: sep, data: memoryToolJSON})
+				ops = append(ops, op)
 				info.MemoryAdded = true
 			}
 		case info.ThreadContinue || inline:
@@ -361,16 +331,55 @@ members:
 
 	// 3. The beta header.
 	info.NeedsBeta = hasCM || info.MemoryAdded || info.MemoryDeclared
-	if h != nil && info.NeedsBeta {
-		info.BetaAdded = MergeBeta(h, BetaContextManagement)
-	}
-	if h != nil && info.Compact {
-		MergeBeta(h, BetaCompact)
+	if h != nil {
+		info.BetaAdded = info.Betas().Merge(h)
 	}
 	if len(ops) == 0 {
 		return nil, info, nil
 	}
 	return ops, info, nil
+}
+
+// memoryToolOp is the change to a tools array that adds the memory tool, or declared when the
+// array has it already; a 400 when tools is not an array or another tool takes its name.
+func (p *Policy) memoryToolOp(s string, tools member) (op splice, declared bool, _ *RequestError) {
+	if !tools.val.IsArray() {
+		return op, false, badRequest("tools must be an array, got %s", jsonKind(tools.val.Raw[0]))
+	}
+	var conflict *RequestError
+	n := 0
+	tools.val.ForEach(func(_, t gjson.Result) bool {
+		i := n
+		n++
+		if !t.IsObject() {
+			return true
+		}
+		if t.Get("name").Str != MemoryToolName {
+			return true
+		}
+		typ := t.Get("type")
+		if typ.Str == MemoryToolType {
+			declared = true
+			return true
+		}
+		kind := "a custom tool without a type"
+		if typ.Exists() {
+			kind = "type " + typ.Raw
+		}
+		conflict = badRequest("tools[%d] is a tool named %q (%s), which conflicts with the memory tool "+
+			`{"type":%q,"name":%q} that this tenant's policy adds (memory.mode: %s); rename the tool or use a tenant with memory.mode: off`,
+			i, MemoryToolName, kind, MemoryToolType, MemoryToolName, p.Memory.Mode)
+		return false
+	})
+	if conflict != nil {
+		return op, false, conflict
+	}
+	at := insertPos(s, tools.end()-1) // before the array's ']'
+	sep := ","
+	if n == 0 {
+		sep = ""
+	}
+	return splice{start: at, end: at, pre: sep, data: memoryToolJSON}, declared, nil
 }
 
 // appendSplice adds o's text.

@@ -47,8 +47,9 @@ func bulkKey(k string) bool { return k == "messages" || k == "system" || k == "t
 // appends its members to members and returns them (returned, not stored through a pointer, so a
 // caller's array for them stays on its stack). It replaces gjson.Valid on the hot path because it
 // says where a body goes wrong, skips what the proxy need not validate, and hands Rewrite the
-// top-level members without a second pass.
-func scanBody(b []byte, members []topMember, mode scanMode) (_ []topMember, rootStart, rootEnd int, err *scanError) {
+// top-level members without a second pass. skimmed, when not zero, is a value already skimmed
+// (by a Lead): a bulk value starting there ends there, without a second skim.
+func scanBody(b []byte, members []topMember, mode scanMode, skimmed span) (_ []topMember, rootStart, rootEnd int, err *scanError) {
 	var stackBuf [64]byte
 	stack := stackBuf[:0]
 	var top byte
@@ -179,6 +180,11 @@ key:
 			goto value
 		}
 		members[len(members)-1].valStart = i
+		if i == skimmed.start && skimmed.end > i {
+			// A Lead skimmed this value as it arrived: the same walk over the same bytes.
+			i = skimmed.end
+			goto after
+		}
 		if i, e = skimValue(b, i, len(stack)); e != nil {
 			return members, 0, 0, e
 		}

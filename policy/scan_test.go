@@ -42,7 +42,7 @@ func TestScanBody(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var m []topMember
-			_, _, _, err := scanBody([]byte(tc.in), m, scanAll)
+			_, _, _, err := scanBody([]byte(tc.in), m, scanAll, span{})
 			if tc.off < 0 {
 				if err != nil {
 					t.Fatalf("valid JSON refused: %+v", err)
@@ -62,11 +62,11 @@ func TestScanBody(t *testing.T) {
 func TestScanDepth(t *testing.T) {
 	var m []topMember
 	ok := strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth)
-	if _, _, _, err := scanBody([]byte(ok), m, scanAll); err != nil {
+	if _, _, _, err := scanBody([]byte(ok), m, scanAll, span{}); err != nil {
 		t.Fatalf("depth %d refused: %+v", maxDepth, err)
 	}
 	deep := `{"a":` + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + `}`
-	_, _, _, err := scanBody([]byte(deep), m, scanAll)
+	_, _, _, err := scanBody([]byte(deep), m, scanAll, span{})
 	if err == nil || !strings.Contains(err.msg, "nesting deeper") {
 		t.Fatalf("100000 levels: got %+v", err)
 	}
@@ -84,12 +84,12 @@ func FuzzScan(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m []topMember
-		m, start, end, err := scanBody(b, m, scanAll)
+		m, start, end, err := scanBody(b, m, scanAll, span{})
 		want := json.Valid(b) && utf8.Valid(b)
 		if (err == nil) != want {
 			t.Fatalf("scanBody(%q) error %+v, encoding/json+utf8 valid=%v", b, err, want)
 		}
-		sm, sstart, send, serr := scanBody(b, nil, scanSkimBulk)
+		sm, sstart, send, serr := scanBody(b, nil, scanSkimBulk, span{})
 		if err != nil {
 			if err.off < 0 || err.off > len(b) {
 				t.Fatalf("offset %d outside the body", err.off)
@@ -146,7 +146,7 @@ func TestScanSkimBulk(t *testing.T) {
 		{"an escaped key is validated in full", `{"m\u0065ssages":["\q"]}`, 20, "invalid character 'q' in string escape code"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, _, err := scanBody([]byte(tc.in), nil, scanSkimBulk)
+			_, _, _, err := scanBody([]byte(tc.in), nil, scanSkimBulk, span{})
 			if tc.off < 0 {
 				if err != nil {
 					t.Fatalf("refused: %+v", err)

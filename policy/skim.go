@@ -121,41 +121,86 @@ func skimValue(b []byte, i, depth int) (int, *scanError) {
 // holding the string's end or a bracket outside strings. The last partial block is skimmed
 // through a zero-padded copy, so no event lies past the body.
 func skimValueBlocks(b []byte, i, depth int) (int, *scanError) {
-	var (
-		s        blockState
-		strMask  uint64
-		tail     [64]byte
-		stackBuf [64]byte
-	)
-	stack := stackBuf[:0]
+	var v valueSkim
+	v.start(b, i, depth)
+	end, err := v.walk(b, true)
+	return end, err
+}
+
+// valueSkim is skimValueBlocks' walk, resumable: a Lead feeds it a body as it arrives, whole
+// blocks at a time, and the body's final skim picks up where it stopped.
+type valueSkim struct {
+	s        blockState
+	strMask  uint64 // all ones while skimming a string's contents
+	base     int    // the next block's offset: every byte before it is inside the value
+	depth    int
+	n        int    // the open brackets in stackBuf
+	big      []byte // the open brackets, once more than stackBuf holds
+	stackBuf [64]byte
+}
+
+// start begins the skim of the string, array or object at b[i], at nesting depth depth.
+func (v *valueSkim) start(b []byte, i, depth int) {
+	*v = valueSkim{depth: depth}
 	if b[i] == '"' {
 		i++ // the string's contents; its end is the first unescaped quote
-		s.inStr, strMask = ^uint64(0), ^uint64(0)
+		v.s.inStr, v.strMask = ^uint64(0), ^uint64(0)
 	}
-	for base := i; base < len(b); {
+	v.base = i
+}
+
+// walk skims on through b, which holds every byte the walk has seen so far and perhaps more. It
+// returns the offset after the value, or 0 when the value goes on past b's whole blocks; with
+// final, b is the whole body: its last partial block is skimmed too and a value that goes on
+// past it is an error.
+func (v *valueSkim) walk(b []byte, final bool) (int, *scanError) {
+	stack := v.big
+	if stack == nil {
+		stack = v.stackBuf[:v.n]
+	}
+	s := v.s // the hot loop's state in locals, not behind v
+	end, err, base, stack := skimFrom(b, final, v.base, &s, v.strMask, stack, v.depth)
+	v.s, v.base = s, base
+	if cap(stack) > len(v.stackBuf) {
+		v.big = append(v.big[:0], stack...) // a copy: v never points into itself
+	}
+	v.n = len(stack)
+	return end, err
+}
+
+// skimFrom is walk's loop, from the block at base.
+func skimFrom(b []byte, final bool, base int, s *blockState, strMask uint64, stack []byte, depth int) (int, *scanError, int, []byte) {
+	var tail [64]byte
+	for base < len(b) {
 		src := b[base : base+(len(b)-base)&^63]
 		if len(src) == 0 {
+			if !final {
+				return 0, nil, base, stack
+			}
 			clear(tail[copy(tail[:], b[base:]):])
 			src = tail[:]
 		}
-		k, events := skimBlocks(src, &s, strMask)
+		k, events := skimBlocks(src, s, strMask)
 		base += k * 64
 		if events == 0 {
 			continue
 		}
 		if strMask != 0 {
-			return base + bits.TrailingZeros64(events) + 1, nil
+			return base + bits.TrailingZeros64(events) + 1, nil, base, stack
 		}
 		for ; events != 0; events &= events - 1 {
 			j := base + bits.TrailingZeros64(events)
 			var e *scanError
 			if stack, e = skimBracket(stack, b, j, depth); e != nil || len(stack) == 0 {
-				return j + 1, e
+				return j + 1, e, base, stack
 			}
 		}
 		base += 64
 	}
-	return len(b), &scanError{len(b), "unexpected end of JSON input"}
+	if !final {
+		return 0, nil, base, stack
+	}
+	return len(b), &scanError{len(b), "unexpected end of JSON input"}, base, stack
 }
 
 // skimBracket applies the bracket at j to the stack of open ones: pushed, or popped when it
