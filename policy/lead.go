@@ -23,6 +23,8 @@ import (
 type Lead struct {
 	p        *Policy
 	state    leadState
+	nextHead int // the prefix length at which to read the head again
+	heads    int // times the head was read
 	msgStart int // the messages value's '[', once found
 	msgEnd   int // the offset after it, once skimmed
 	sent     int // the body bytes handed out
@@ -65,11 +67,17 @@ func (p *Policy) NewLead(h http.Header) *Lead {
 func (l *Lead) Advance(prefix []byte) [][]byte {
 	switch l.state {
 	case leadHead:
+		if len(prefix) < l.nextHead {
+			return nil
+		}
 		start, found, more := l.head(prefix)
 		if !found {
 			if !more || len(prefix) > maxLeadHead {
 				l.state = leadOff
 			}
+			// Read again once the prefix has doubled: a body that trickles in a byte at a
+			// time costs a linear number of bytes read, not a square.
+			l.nextHead = 2 * len(prefix)
 			return nil
 		}
 		l.msgStart = start
@@ -111,6 +119,7 @@ func (l *Lead) handOut(prefix []byte, to int) [][]byte {
 // what it has; more when b ends before that is known.
 func (l *Lead) head(b []byte) (start int, found, more bool) {
 	l.pred, l.predText = splice{}, nil // read again from the start, with the body's new bytes
+	l.heads++
 	tools := false
 	i := skipWS(b, 0)
 	if i == len(b) {

@@ -103,6 +103,9 @@ func (x *exchange) tenantLabel() string {
 // finish writes the request's log line and metrics.
 func (x *exchange) finish() {
 	defer x.measureCompactions() // after the log line: the client has its reply
+	if x.req.lead != nil {
+		x.req.lead.abort() // an upload no upstream call took (none does so today)
+	}
 	x.req.lease.release()
 	x.endSpans()
 	x.settle()

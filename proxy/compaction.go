@@ -124,7 +124,7 @@ func (x *exchange) measureCompaction(ctx context.Context, m compactionMeasure) e
 	target := *x.s.up.base
 	target.Path = singleJoiningSlash(target.Path, "/v1/messages/count_tokens")
 	target.RawPath, target.RawQuery = "", ""
-	resp, err := x.s.up.do(ctx, func() (*http.Request, error) {
+	resp, err := x.s.up.do(ctx, func(int) (*http.Response, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), bytes.NewReader(m.body))
 		if err != nil {
 			return nil, err
@@ -132,7 +132,7 @@ func (x *exchange) measureCompaction(ctx context.Context, m compactionMeasure) e
 		req.Header = x.req.header.Clone()
 		req.ContentLength = int64(len(m.body))
 		req.Host = target.Host
-		return req, nil
+		return x.s.up.send(req)
 	}, retryPolicy{})
 	if err != nil {
 		return err

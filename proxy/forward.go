@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/andybalholm/brotli"
@@ -129,6 +130,9 @@ type upstream struct {
 	base    *url.URL
 	client  *http.Client
 	targets sync.Map // client path -> *url.URL upstream, without a query; shared, never written
+	// noChunked is set once the upstream answered a chunked request 411: bodies go
+	// buffered, with a Content-Length, from then on (lead.go).
+	noChunked atomic.Bool
 	// (bounded: classify gives every policy route its one canonical path)
 }
 
@@ -290,15 +294,11 @@ func (p retryPolicy) delay(attempt int, h http.Header) time.Duration {
 // errUpstreamTimeout marks a reply whose headers did not come in time.
 var errUpstreamTimeout = errors.New("upstream timed out")
 
-// do sends req, retrying per p while the reply is retryable. The caller
+// do makes attempts with send, retrying per p while the reply is retryable. The caller
 // guarantees no byte has reached the client yet.
-func (u *upstream) do(ctx context.Context, mk func() (*http.Request, error), p retryPolicy) (*http.Response, error) {
+func (u *upstream) do(ctx context.Context, send func(attempt int) (*http.Response, error), p retryPolicy) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
-		req, err := mk()
-		if err != nil {
-			return nil, err
-		}
-		resp, err := u.send(req)
+		resp, err := send(attempt)
 		last := attempt >= p.retries
 		if err != nil {
 			if ctx.Err() != nil {

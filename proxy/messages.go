@@ -50,6 +50,7 @@ type request struct {
 	upstreamKey string
 	header      http.Header // upstream request headers (beta merged)
 	lease       *bodyLease  // the client's body buffer, when pooled
+	lead        *leadUpload // the first upstream call, sent while the body arrived (lead.go)
 	parts       [][]byte    // first upstream request body, in pieces that alias the client's
 	body        []byte      // the same joined, in memory proxy mode (the loop edits a copy)
 	info        policy.RewriteInfo
@@ -86,13 +87,34 @@ func (x *exchange) readAndRewrite(ep endpoint) bool {
 	if !ok {
 		return false
 	}
+	if x.mayLead(ep) {
+		return x.readLeading(ep, known)
+	}
 	body, ok := x.readClientBody(known)
 	if !ok {
 		return false
 	}
-	pol := q.pol
 	// A nil policy (no default.yaml) still validates the body and changes nothing.
-	parts, info, err := rewriteFor(ep, pol, body, q.header)
+	if !x.accept(rewriteFor(ep, q.pol, body, q.header)) {
+		return false
+	}
+	if ep == epMessages && !x.checkLimits(len(body)) {
+		return false
+	}
+	if q.memory {
+		// The memory loop builds its next requests from the whole body.
+		var err error
+		if q.body, err = x.applyContinuation(r.Context(), joinParts(q.parts)); err != nil {
+			x.fail(http.StatusServiceUnavailable, "api_error", "memory store unavailable: "+err.Error())
+			return false
+		}
+		q.parts = [][]byte{q.body}
+	}
+	return true
+}
+
+// accept takes the rewrite's result as the request, or answers the client its error.
+func (x *exchange) accept(parts [][]byte, info policy.RewriteInfo, err error) bool {
 	if err != nil {
 		var re *policy.RequestError
 		if errors.As(err, &re) {
@@ -104,18 +126,8 @@ func (x *exchange) readAndRewrite(ep endpoint) bool {
 	}
 	// Rewrite read model and stream in its validating pass; a gjson lookup
 	// of an absent "stream" would walk the whole body once more.
+	q := &x.req
 	q.parts, q.info, q.model, q.stream = parts, info, info.Model, info.Stream
-	if ep == epMessages && !x.checkLimits(len(body)) {
-		return false
-	}
-	if q.memory {
-		// The memory loop builds its next requests from the whole body.
-		if q.body, err = x.applyContinuation(r.Context(), joinParts(parts)); err != nil {
-			x.fail(http.StatusServiceUnavailable, "api_error", "memory store unavailable: "+err.Error())
-			return false
-		}
-		q.parts = [][]byte{q.body}
-	}
 	return true
 }
 
@@ -213,10 +225,21 @@ func readBody(r *http.Request, limit int64) ([]byte, *bodyLease, error) {
 func (x *exchange) roundTrip(ctx context.Context, body [][]byte, p retryPolicy) (resp *http.Response, t0 time.Time, err error) {
 	t0 = time.Now()
 	ctx = x.startCallSpan(ctx)
-	resp, err = x.s.up.do(ctx, func() (*http.Request, error) {
+	lead := x.req.lead
+	x.req.lead = nil
+	if lead != nil {
+		t0 = lead.t0
+	}
+	resp, err = x.s.up.do(ctx, func(attempt int) (*http.Response, error) {
+		if attempt == 0 && lead != nil {
+			if resp, err, ok := lead.result(ctx, x.s.up); ok {
+				return resp, err
+			}
+			t0 = time.Now() // the upstream saw no whole request: send it again, whole
+		}
 		req := x.s.up.newRequest(ctx, x.r, x.req.header, body, x.req.lease)
 		x.injectTrace(ctx, req)
-		return req, nil
+		return x.s.up.send(req)
 	}, p)
 	x.acct.called()
 	if err == nil {

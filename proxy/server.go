@@ -13,6 +13,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -45,6 +46,9 @@ type Config struct {
 	UpstreamTimeout    time.Duration // time to the upstream's response headers; default 10 min
 	StreamIdleTimeout  time.Duration // longest silence between stream bytes; default 5 min
 	Transport          http.RoundTripper
+	// BufferBodies reads every request body whole before sending it upstream; by
+	// default a large one is forwarded while it arrives (lead.go).
+	BufferBodies bool
 }
 
 // Server is the proxy. Create it with New; it is an http.Handler.
@@ -55,6 +59,9 @@ type Server struct {
 	router *mux.Router
 	pass   http.Handler // the reverse proxy of passthrough routes (servePassthrough authenticates)
 	trim   *idleTrim    // empties the upstream's idle pool after a burst
+	// leadBetas is, per tenant, the betas its last body forwarded while it
+	// arrived needed (policy.Betas): the next one's upload starts with them.
+	leadBetas sync.Map
 }
 
 const (

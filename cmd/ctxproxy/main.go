@@ -186,6 +186,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		Limits:             lim,
 		Log:                log,
 		MaxBody:            cfg.MaxBody,
+		BufferBodies:       cfg.BufferBodies,
 		RequireKnownTenant: cfg.RequireKnownTenant,
 		UpstreamTimeout:    cfg.UpstreamTimeout,
 		StreamIdleTimeout:  cfg.StreamIdleTimeout,

@@ -23,6 +23,9 @@ func (a *API) serveBatchCreate(w http.ResponseWriter, req *http.Request, reqID s
 	opts := a.opts
 	a.mu.Unlock()
 	body, st, e := a.readBody(req)
+	if unread(w, st, e, reqID) {
+		return
+	}
 	r := newRequest(a, req, body)
 	a.record(r)
 	if e != nil {

@@ -66,6 +66,12 @@ type Options struct {
 	// in a request without the compact_20260112 edit, as one third party
 	// reports the API does (unverified, shared/spec/compaction.md §1.3).
 	CompactionBlockNeedsEdit bool `json:"compaction_block_needs_edit"`
+	// RequireContentLength answers a request body sent without a Content-Length
+	// (chunked) 411 before reading it, as some HTTP front ends do. The spec does
+	// not say whether the API takes chunked request bodies; by default the fake
+	// does, as Go's and most servers do. Either way a chunked upload cut before
+	// its last chunk is never a request: it is not recorded and gets no reply.
+	RequireContentLength bool `json:"require_content_length"`
 }
 
 // Option configures New.
@@ -345,12 +351,30 @@ func (a *API) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 }
 
+// unread answers a request whose body never arrived whole, unrecorded.
+func unread(w http.ResponseWriter, st int, e *APIError, reqID string) bool {
+	if e == nil || !e.unread {
+		return false
+	}
+	writeError(w, st, e, reqID)
+	return true
+}
+
+func (a *API) requireLength() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.opts.RequireContentLength
+}
+
 func (a *API) readBody(req *http.Request) ([]byte, int, *APIError) {
 	a.mu.Lock()
 	limit := a.opts.MaxBodyBytes
 	a.mu.Unlock()
 	if limit <= 0 {
 		limit = MaxBodyBytes
+	}
+	if req.ContentLength < 0 && a.requireLength() {
+		return nil, http.StatusLengthRequired, &APIError{Type: "invalid_request_error", Message: "Length Required", unread: true}
 	}
 	var buf bytes.Buffer
 	if req.ContentLength > limit {
@@ -364,7 +388,7 @@ func (a *API) readBody(req *http.Request) ([]byte, int, *APIError) {
 	}
 	n, err := buf.ReadFrom(io.LimitReader(req.Body, limit+1))
 	if err != nil {
-		return nil, 400, &APIError{Type: "invalid_request_error", Message: "could not read request body: " + err.Error()}
+		return nil, 400, &APIError{Type: "invalid_request_error", Message: "could not read request body: " + err.Error(), unread: true}
 	}
 	if n > limit {
 		return nil, 413, &APIError{Type: "request_too_large", Message: "Request exceeds the maximum allowed number of bytes."}
@@ -462,6 +486,9 @@ func (a *API) echoing() bool {
 
 func (a *API) servePassthrough(w http.ResponseWriter, req *http.Request, reqID string) {
 	body, st, e := a.readBody(req)
+	if unread(w, st, e, reqID) {
+		return
+	}
 	r := newRequest(a, req, body)
 	a.record(r)
 	if e != nil {

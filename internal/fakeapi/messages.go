@@ -30,6 +30,9 @@ func (a *API) serveMessages(w http.ResponseWriter, req *http.Request, reqID stri
 	opts := a.opts
 	a.mu.Unlock()
 	body, st, e := a.readBody(req)
+	if unread(w, st, e, reqID) {
+		return
+	}
 	r := newRequest(a, req, body)
 	r.ID = reqID
 	r.CountTokens = countTokens

@@ -67,6 +67,9 @@ type APIError struct {
 	Message string `json:"message"`
 	// Details is sent as error.details when not nil (e.g. {"error_code":"thread_not_found"}).
 	Details json.RawMessage `json:"details,omitempty"`
+	// unread: the body never arrived whole (cut upload, or refused unread):
+	// no request reached the API, so none is recorded.
+	unread bool
 }
 
 func (e *APIError) Error() string { return e.Type + ": " + e.Message }

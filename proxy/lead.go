@@ -1,0 +1,298 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/ctxproxy/ctxproxy/policy"
+)
+
+// Forwarding while reading. A large Messages or count_tokens body goes upstream while it
+// arrives, as a bare proxy forwards it, instead of after the whole body is in: a policy.Lead says
+// which bytes the rewrite is certain to leave as they are (or how it changes them), and those go
+// at once. The upstream request is chunked, since its length is known only at the end, and carries
+// the betas the tenant's last such request needed. At the end the body is rewritten as always;
+// when the rewrite, or the tenant's limits, refuse it, the upload is cut before its end, so the
+// upstream never has a whole request; when it needed other betas than those sent, or the Lead's
+// promise did not hold, the upload is cut and the whole body sent again, as a buffered one.
+//
+// Not led: memory proxy mode (the loop builds its first request from the whole body), bodies
+// whose length is not known or below minLeadBody, compressed request bodies, traced requests
+// (the call's span is named from the rewritten body), and every body once the upstream has
+// refused a chunked request with 411 Length Required, or with Config.BufferBodies.
+
+// minLeadBody is the smallest body forwarded while it arrives: a smaller one arrives in a read
+// or two, and would only pay for the hand-off.
+const minLeadBody = 256 << 10
+
+// mayLead says whether the request's body is forwarded while it arrives.
+func (x *exchange) mayLead(ep endpoint) bool {
+	s, r, q := x.s, x.r, &x.req
+	return !s.cfg.BufferBodies && policy.LeadWorks && !s.up.noChunked.Load() &&
+		(ep == epMessages || ep == epCountTokens) && !q.memory &&
+		r.ContentLength >= minLeadBody && r.ContentLength <= s.cfg.MaxBody &&
+		r.Header.Get("Content-Encoding") == "" && !s.cfg.Tracer.Enabled()
+}
+
+// readLeading is readClientBody and the rewrite for a body forwarded while it arrives. On true,
+// x.req.lead is the upload when it went ahead (roundTrip takes its reply); otherwise the body is
+// sent as a buffered one.
+func (x *exchange) readLeading(ep endpoint, known bool) bool {
+	r, q := x.r, &x.req
+	n := int(r.ContentLength)
+	buf, lease := newBodyBuf(n)
+	q.lease = lease
+	lead := q.pol.NewLead(q.header)
+	var up *leadUpload
+	defer func() {
+		if up != nil && q.lead != up {
+			up.abort() // refused, failed, or sent again whole
+		}
+	}()
+	rd := http.MaxBytesReader(nil, r.Body, x.s.cfg.MaxBody)
+	got := 0
+	for got < n {
+		m, err := rd.Read(buf[got:])
+		got += m
+		if pieces := lead.Advance(buf[:got]); len(pieces) > 0 {
+			if up == nil {
+				up = x.startLead(lease)
+			}
+			up.body.add(pieces)
+		}
+		if err != nil && got < n {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			x.fail(http.StatusBadRequest, "invalid_request_error", "could not read request body: "+err.Error())
+			return false
+		}
+	}
+	var one [1]byte
+	if m, _ := rd.Read(one[:]); m > 0 {
+		x.fail(http.StatusBadRequest, "invalid_request_error", "could not read request body: body longer than its content-length")
+		return false
+	}
+	q.bytesIn = int64(n)
+	parts, rest, info, err := q.pol.RewriteLead(buf, q.header, ep == epCountTokens, lead)
+	if !x.accept(parts, info, err) {
+		return false
+	}
+	if ep == epMessages && !x.checkLimits(n) {
+		return false
+	}
+	if up == nil {
+		return true
+	}
+	x.s.leadBetas.Store(q.tenant, info.Betas())
+	if rest == nil || info.Betas() != up.betas {
+		return true // the deferred abort cuts the upload; roundTrip sends parts
+	}
+	up.body.finish(rest)
+	q.lead = up
+	return true
+}
+
+// leadUpload is the upstream request of a body forwarded while it arrives.
+type leadUpload struct {
+	body   *leadBody
+	betas  policy.Betas // merged into its headers
+	cancel context.CancelFunc
+	t0     time.Time
+	done   chan struct{} // closed when resp and err are set
+	resp   *http.Response
+	err    error
+}
+
+// startLead sends the upstream request whose body is fed as the client's arrives. Its
+// anthropic-beta is the client's with the betas the tenant's last led request needed.
+func (x *exchange) startLead(lease *bodyLease) *leadUpload {
+	s, q := x.s, &x.req
+	var betas policy.Betas
+	if v, ok := s.leadBetas.Load(q.tenant); ok {
+		betas = v.(policy.Betas)
+	} else if p := q.pol; p != nil && (p.MemoryOn() || p.ContextManagement.Mode != policy.CMOff) {
+		betas = policy.BetasContextManagement // the memory tool or edits: what such a policy adds
+	}
+	h := q.header.Clone()
+	betas.Merge(h)
+	ctx, cancel := context.WithCancel(x.r.Context())
+	u := &leadUpload{body: newLeadBody(lease), betas: betas, cancel: cancel, t0: time.Now(), done: make(chan struct{})}
+	req := s.up.newRequest(ctx, x.r, h, nil, nil)
+	req.Body, req.GetBody, req.ContentLength = u.body, nil, -1 // chunked; never resent by the transport
+	go func() {
+		defer close(u.done)
+		u.resp, u.err = s.up.send(req)
+	}()
+	return u
+}
+
+// abort cuts the upload before its end and waits for its request to be over.
+func (u *leadUpload) abort() {
+	u.body.cut()
+	u.cancel()
+	<-u.done
+	if u.resp != nil {
+		u.resp.Body.Close()
+	}
+}
+
+// result is the upstream's reply to the upload, once the body is all handed to it; ok false
+// when the request is to be sent again whole: the upload failed before its end (the upstream
+// saw no whole request) or the upstream will not take a chunked body. ctx, when cancelled,
+// cancels the upload's request, as it would a request it made.
+func (u *leadUpload) result(ctx context.Context, up *upstream) (resp *http.Response, err error, ok bool) {
+	select {
+	case <-u.done:
+	case <-ctx.Done():
+		u.cancel()
+		<-u.done
+	}
+	delivered := u.body.delivered()
+	switch {
+	case u.err != nil && !delivered && ctx.Err() == nil:
+		return nil, nil, false
+	case u.resp != nil && u.resp.StatusCode == http.StatusLengthRequired:
+		u.resp.Body.Close()
+		up.noChunked.Store(true) // every body goes buffered from now on
+		return nil, nil, false
+	}
+	context.AfterFunc(ctx, u.cancel)
+	return u.resp, u.err, true
+}
+
+// errLeadCut is what the upstream request's body reads once its upload was cut.
+var errLeadCut = errors.New("upload cut: the body was refused or is sent again whole")
+
+// leadBody is the upstream request body of a led upload: pieces added as the Lead hands them
+// out, then the rewritten rest. The transport reads it on its own goroutine; EOF only after
+// finish, so a cut upload never ends as a whole request.
+type leadBody struct {
+	mu    sync.Mutex
+	more  sync.Cond
+	queue [][]byte
+	final bool  // queue ends with the rest of the body
+	err   error // cut
+	eof   bool  // every byte handed to the transport
+	lease *bodyLease
+}
+
+func newLeadBody(lease *bodyLease) *leadBody {
+	b := &leadBody{lease: lease}
+	b.more.L = &b.mu
+	if lease != nil {
+		lease.open.Add(1) // settled at EOF, as a leasedReader
+	}
+	return b
+}
+
+// add queues pieces (which alias the client's body or the Lead's text and stay unchanged).
+func (b *leadBody) add(pieces [][]byte) {
+	b.mu.Lock()
+	b.queue = append(b.queue, pieces...)
+	b.mu.Unlock()
+	b.more.Signal()
+}
+
+// finish queues the rest of the body and lets the body end after it.
+func (b *leadBody) finish(rest [][]byte) {
+	b.mu.Lock()
+	b.queue = append(b.queue, rest...)
+	b.final = true
+	b.mu.Unlock()
+	b.more.Signal()
+}
+
+// cut makes the body fail before its end, unless it already ended.
+func (b *leadBody) cut() {
+	b.mu.Lock()
+	if !b.eof && b.err == nil {
+		b.err = errLeadCut
+	}
+	b.mu.Unlock()
+	b.more.Broadcast()
+}
+
+func (b *leadBody) delivered() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.eof
+}
+
+// wait waits until there are pieces to send and returns nil, or the error or EOF that ends the
+// body. Called with b.mu held.
+func (b *leadBody) wait() error {
+	for {
+		for len(b.queue) > 0 && len(b.queue[0]) == 0 {
+			b.queue = b.queue[1:]
+		}
+		switch {
+		case b.err != nil:
+			return b.err
+		case len(b.queue) > 0:
+			return nil
+		case b.final:
+			if !b.eof {
+				b.eof = true
+				if b.lease != nil {
+					b.lease.open.Add(-1)
+				}
+			}
+			return io.EOF
+		}
+		b.more.Wait()
+	}
+}
+
+func (b *leadBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.wait(); err != nil {
+		return 0, err
+	}
+	n := copy(p, b.queue[0])
+	b.queue[0] = b.queue[0][n:]
+	return n, nil
+}
+
+// WriteTo writes the pieces as they come, each straight from where it is (net/http finds it
+// behind its read-tracking wrapper, and writes each as one chunk).
+func (b *leadBody) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	var q [][]byte
+	for {
+		b.mu.Lock()
+		err := b.wait()
+		if err == nil {
+			q, b.queue = b.queue, q[:0] // swapped: the next pieces go in the last batch's array
+		}
+		b.mu.Unlock()
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+		for _, p := range q {
+			if len(p) == 0 {
+				continue
+			}
+			n, err := w.Write(p)
+			total += int64(n)
+			if err != nil {
+				return total, fmt.Errorf("write upstream body: %w", err)
+			}
+		}
+	}
+}
+
+// Close makes a read the transport may still be waiting in return: the request is over.
+func (b *leadBody) Close() error {
+	b.cut()
+	return nil
+}
