@@ -24,16 +24,21 @@ import (
 // Not led: memory proxy mode (the loop builds its first request from the whole body), bodies
 // whose length is not known or below minLeadBody, compressed request bodies, traced requests
 // (the call's span is named from the rewritten body), and every body once the upstream has
-// refused a chunked request with 411 Length Required, or with Config.BufferBodies.
+// refused a chunked request with 411 Length Required; and all of them unless
+// Config.ForwardWhileReading (--forward-while-reading) is on.
 
 // minLeadBody is the smallest body forwarded while it arrives: a smaller one arrives in a read
 // or two, and would only pay for the hand-off.
 const minLeadBody = 256 << 10
 
+// leadBatch is how much goes upstream at a time: each hand-off wakes the transport's writer and
+// makes a chunk (a write and a flush), so a read's worth each would cost more than it saves.
+const leadBatch = 128 << 10
+
 // mayLead says whether the request's body is forwarded while it arrives.
 func (x *exchange) mayLead(ep endpoint) bool {
 	s, r, q := x.s, x.r, &x.req
-	return !s.cfg.BufferBodies && policy.LeadWorks && !s.up.noChunked.Load() &&
+	return s.cfg.ForwardWhileReading && policy.LeadWorks && !s.up.noChunked.Load() &&
 		(ep == epMessages || ep == epCountTokens) && !q.memory &&
 		r.ContentLength >= minLeadBody && r.ContentLength <= s.cfg.MaxBody &&
 		r.Header.Get("Content-Encoding") == "" && !s.cfg.Tracer.Enabled()
@@ -56,14 +61,21 @@ func (x *exchange) readLeading(ep endpoint, known bool) bool {
 	}()
 	rd := http.MaxBytesReader(nil, r.Body, x.s.cfg.MaxBody)
 	got := 0
+	var pending [][]byte // handed out, not yet queued: the upload gets them leadBatch at a time
+	pendingN := 0
 	for got < n {
 		m, err := rd.Read(buf[got:])
 		got += m
-		if pieces := lead.Advance(buf[:got]); len(pieces) > 0 {
+		for _, p := range lead.Advance(buf[:got]) {
+			pending = append(pending, p)
+			pendingN += len(p)
+		}
+		if pendingN >= leadBatch {
 			if up == nil {
 				up = x.startLead(lease)
 			}
-			up.body.add(pieces)
+			up.body.add(pending)
+			pending, pendingN = pending[:0], 0
 		}
 		if err != nil && got < n {
 			if err == io.EOF {
@@ -93,6 +105,7 @@ func (x *exchange) readLeading(ep endpoint, known bool) bool {
 	if rest == nil || info.Betas() != up.betas {
 		return true // the deferred abort cuts the upload; roundTrip sends parts
 	}
+	up.body.add(pending)
 	up.body.finish(rest)
 	q.lead = up
 	return true

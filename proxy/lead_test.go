@@ -60,7 +60,7 @@ func waitFor(cond func() bool) {
 
 func newLeadHarness(t *testing.T, opts ...harnessOpt) (*harness, *arrivals) {
 	a := &arrivals{api: fakeapi.New()}
-	h := newHarnessWith(t, a, leadPolicies(), opts...)
+	h := newHarnessWith(t, a, leadPolicies(), append([]harnessOpt{func(c *Config) { c.ForwardWhileReading = true }}, opts...)...)
 	h.fake = a.api
 	return h, a
 }
@@ -97,10 +97,13 @@ func TestForwardWhileReading(t *testing.T) {
 				t.Fatalf("body of %d bytes is too small to be led", len(tc.body))
 			}
 			// The same request through a proxy that reads bodies whole: what the upstream must get.
-			hb, _ := newLeadHarness(t, func(c *Config) { c.BufferBodies = true })
+			hb, ab := newLeadHarness(t, func(c *Config) { c.ForwardWhileReading = false })
 			resp := hb.post(tc.path, tc.key, tc.body)
 			if b := readAll(t, resp.Body); resp.StatusCode != 200 {
 				t.Fatalf("buffered: %d %s", resp.StatusCode, b)
+			}
+			if ab.chunked.Load() != 0 {
+				t.Fatal("with ForwardWhileReading off (the default) the body went chunked")
 			}
 			want := hb.lastUpstream(tc.path)
 

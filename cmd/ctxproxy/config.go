@@ -10,25 +10,25 @@ import (
 
 // config is the command line; every flag has an environment twin.
 type config struct {
-	Listen             string
-	Upstream           string
-	Policies           string
-	MemoryDir          string
-	MemoryStore        string
-	MaxBody            int64
-	LogLevel           string
-	RequireKnownTenant bool
-	BufferBodies       bool
-	Ledger             string
-	Prices             string
-	AdminToken         string
-	MemoryAudit        string
-	UpstreamTimeout    time.Duration
-	StreamIdleTimeout  time.Duration
-	ShutdownGrace      time.Duration
-	DebugAddr          string
-	LimitsStore        string
-	RatelimitStore     string
+	Listen              string
+	Upstream            string
+	Policies            string
+	MemoryDir           string
+	MemoryStore         string
+	MaxBody             int64
+	LogLevel            string
+	RequireKnownTenant  bool
+	ForwardWhileReading bool
+	Ledger              string
+	Prices              string
+	AdminToken          string
+	MemoryAudit         string
+	UpstreamTimeout     time.Duration
+	StreamIdleTimeout   time.Duration
+	ShutdownGrace       time.Duration
+	DebugAddr           string
+	LimitsStore         string
+	RatelimitStore      string
 }
 
 // flagSpec ties a flag to its env twin and default, so both stay in one table
@@ -46,7 +46,7 @@ var serveFlags = []flagSpec{
 	{"max-body", "CTXPROXY_MAX_BODY", "32MiB", "largest request body"},
 	{"log-level", "CTXPROXY_LOG_LEVEL", "info", "debug, info, warn or error"},
 	{"require-known-tenant", "CTXPROXY_REQUIRE_KNOWN_TENANT", "false", "answer 401 to clients that match no tenant"},
-	{"buffer-bodies", "CTXPROXY_BUFFER_BODIES", "false", "read each request body whole before sending it upstream (default: a large one goes upstream, chunked, while it arrives)"},
+	{"forward-while-reading", "CTXPROXY_FORWARD_WHILE_READING", "false", "send a request body of 256 KiB or more upstream, chunked, while it arrives (default: read each body whole first)"},
 	{"ledger", "CTXPROXY_LEDGER", "file:./data/ledger.jsonl", "usage ledger: file:PATH or a postgres:// URL"},
 	{"prices", "CTXPROXY_PRICES", "", "prices file laid over the built-in price table (default: prices.yaml in the policies folder, if any)"},
 	{"admin-token", "CTXPROXY_ADMIN_TOKEN", "", "token for /admin endpoints; unset disables them"},
@@ -61,7 +61,7 @@ var serveFlags = []flagSpec{
 
 // boolFlags are the serve flags that are booleans: given bare, shown as
 // booleans in --help.
-var boolFlags = map[string]bool{"require-known-tenant": true, "buffer-bodies": true}
+var boolFlags = map[string]bool{"require-known-tenant": true, "forward-while-reading": true}
 
 // boolString is a boolean flag kept as its text (parsed with the others): it
 // tells package flag it is a boolean, so --help shows it as one and a bare
@@ -154,9 +154,9 @@ func parseConfig(name string, args []string, getenv func(string) string, specs [
 			return nil, fs, fmt.Errorf("--require-known-tenant: %w", err)
 		}
 	}
-	if v := get("buffer-bodies"); v != "" {
-		if c.BufferBodies, err = strconv.ParseBool(v); err != nil {
-			return nil, fs, fmt.Errorf("--buffer-bodies: %w", err)
+	if v := get("forward-while-reading"); v != "" {
+		if c.ForwardWhileReading, err = strconv.ParseBool(v); err != nil {
+			return nil, fs, fmt.Errorf("--forward-while-reading: %w", err)
 		}
 	}
 	for _, d := range []struct {
