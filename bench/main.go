@@ -249,6 +249,8 @@ var allRows = []rowSpec{
 		loads: []string{"small"}, sampler: "always_off"},
 	{id: "4t", name: "ctxproxy as 4, tracing on: every request sampled and exported (OTLP/HTTP)", kind: "ctxproxy", key: keyEnforce,
 		loads: []string{"small"}, sampler: "always_on"},
+	{id: "4f", name: "ctxproxy as 4, --forward-while-reading (a large body goes upstream while it arrives)", kind: "ctxproxy",
+		key: keyEnforce, loads: []string{"large"}, args: []string{"--forward-while-reading"}},
 	{id: "5h0", name: "ctxproxy as 5, memory.history off (keep_days: 0)", kind: "ctxproxy", key: keyNoHistory, memory: true,
 		loads: []string{"small"}},
 	{id: "5w", name: "ctxproxy as 5h0 (history off), each round writes: create + delete a file", kind: "ctxproxy", key: keyNoHistory,

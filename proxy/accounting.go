@@ -126,6 +126,7 @@ func (x *exchange) finish() {
 			zap.Int("upstream_calls", x.acct.calls),
 			zap.Int("memory_commands", x.acct.memCmds),
 			zap.Int64("bytes_in", x.req.bytesIn),
+			zap.Bool("forwarded_while_reading", x.req.led),
 			zap.Int64("bytes_out", x.out.n),
 			zap.Strings("edits", x.req.info.Edits),
 			zap.Int64("input_tokens", x.acct.usage.InputTokens),

@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/andybalholm/brotli"
@@ -130,9 +129,6 @@ type upstream struct {
 	base    *url.URL
 	client  *http.Client
 	targets sync.Map // client path -> *url.URL upstream, without a query; shared, never written
-	// noChunked is set once the upstream answered a chunked request 411: bodies go
-	// buffered, with a Content-Length, from then on (lead.go).
-	noChunked atomic.Bool
 	// (bounded: classify gives every policy route its one canonical path)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -15,16 +16,17 @@ import (
 // Forwarding while reading. A large Messages or count_tokens body goes upstream while it
 // arrives, as a bare proxy forwards it, instead of after the whole body is in: a policy.Lead says
 // which bytes the rewrite is certain to leave as they are (or how it changes them), and those go
-// at once. The upstream request is chunked, since its length is known only at the end, and carries
-// the betas the tenant's last such request needed. At the end the body is rewritten as always;
-// when the rewrite, or the tenant's limits, refuse it, the upload is cut before its end, so the
-// upstream never has a whole request; when it needed other betas than those sent, or the Lead's
-// promise did not hold, the upload is cut and the whole body sent again, as a buffered one.
+// at once. The upstream headers are sent before the end of the body shows what they must be, so
+// they are the tenant's last led request's (leadShape): the betas it needed and how many bytes the
+// rewrite added, which with the client's Content-Length gives the upload's. At the end the body is
+// rewritten as always; when the rewrite, or the tenant's limits, refuse it, the upload is cut
+// before its end, so the upstream never has a whole request; when it needed other betas or another
+// length than those sent, or the Lead's promise did not hold, the upload is cut and the whole body
+// sent again, as a buffered one. A tenant's first large body goes buffered: it sets the shape.
 //
 // Not led: memory proxy mode (the loop builds its first request from the whole body), bodies
 // whose length is not known or below minLeadBody, compressed request bodies, traced requests
-// (the call's span is named from the rewritten body), and every body once the upstream has
-// refused a chunked request with 411 Length Required; and all of them unless
+// (the call's span is named from the rewritten body); and all of them unless
 // Config.ForwardWhileReading (--forward-while-reading) is on.
 
 // minLeadBody is the smallest body forwarded while it arrives: a smaller one arrives in a read
@@ -38,7 +40,7 @@ const leadBatch = 128 << 10
 // mayLead says whether the request's body is forwarded while it arrives.
 func (x *exchange) mayLead(ep endpoint) bool {
 	s, r, q := x.s, x.r, &x.req
-	return s.cfg.ForwardWhileReading && policy.LeadWorks && !s.up.noChunked.Load() &&
+	return s.cfg.ForwardWhileReading && policy.LeadWorks &&
 		(ep == epMessages || ep == epCountTokens) && !q.memory &&
 		r.ContentLength >= minLeadBody && r.ContentLength <= s.cfg.MaxBody &&
 		r.Header.Get("Content-Encoding") == "" && !s.cfg.Tracer.Enabled()
@@ -53,6 +55,7 @@ func (x *exchange) readLeading(ep endpoint, known bool) bool {
 	buf, lease := newBodyBuf(n)
 	q.lease = lease
 	lead := q.pol.NewLead(q.header)
+	shape, shaped := x.s.leadShape(q.tenant)
 	var up *leadUpload
 	defer func() {
 		if up != nil && q.lead != up {
@@ -70,9 +73,9 @@ func (x *exchange) readLeading(ep endpoint, known bool) bool {
 			pending = append(pending, p)
 			pendingN += len(p)
 		}
-		if pendingN >= leadBatch {
+		if pendingN >= leadBatch && shaped {
 			if up == nil {
-				up = x.startLead(lease)
+				up = x.startLead(lease, shape, n)
 			}
 			up.body.add(pending)
 			pending, pendingN = pending[:0], 0
@@ -98,17 +101,41 @@ func (x *exchange) readLeading(ep endpoint, known bool) bool {
 	if ep == epMessages && !x.checkLimits(n) {
 		return false
 	}
-	if up == nil {
-		return true
+	now := leadShape{betas: info.Betas(), added: partsLen(parts) - n}
+	if now != shape || !shaped {
+		x.s.leadShapes.Store(q.tenant, now)
 	}
-	x.s.leadBetas.Store(q.tenant, info.Betas())
-	if rest == nil || info.Betas() != up.betas {
-		return true // the deferred abort cuts the upload; roundTrip sends parts
+	if up == nil || rest == nil || now != shape {
+		return true // the deferred abort cuts an upload; roundTrip sends parts
 	}
 	up.body.add(pending)
 	up.body.finish(rest)
 	q.lead = up
 	return true
+}
+
+// leadShape is what a tenant's led upload sends before its body has arrived: the betas its
+// rewrite merges and the bytes it adds (the upload's length is the client's plus these).
+type leadShape struct {
+	betas policy.Betas
+	added int
+}
+
+// leadShape is the shape of the tenant's last large body, if it has sent one.
+func (s *Server) leadShape(tenant string) (leadShape, bool) {
+	v, ok := s.leadShapes.Load(tenant)
+	if !ok {
+		return leadShape{}, false
+	}
+	return v.(leadShape), true
+}
+
+func partsLen(parts [][]byte) int {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	return n
 }
 
 // leadUpload is the upstream request of a body forwarded while it arrives.
@@ -122,22 +149,16 @@ type leadUpload struct {
 	err    error
 }
 
-// startLead sends the upstream request whose body is fed as the client's arrives. Its
-// anthropic-beta is the client's with the betas the tenant's last led request needed.
-func (x *exchange) startLead(lease *bodyLease) *leadUpload {
+// startLead sends the upstream request whose body is fed as the client's n bytes arrive, in the
+// tenant's last shape: its betas merged into the client's anthropic-beta, and its length.
+func (x *exchange) startLead(lease *bodyLease, shape leadShape, n int) *leadUpload {
 	s, q := x.s, &x.req
-	var betas policy.Betas
-	if v, ok := s.leadBetas.Load(q.tenant); ok {
-		betas = v.(policy.Betas)
-	} else if p := q.pol; p != nil && (p.MemoryOn() || p.ContextManagement.Mode != policy.CMOff) {
-		betas = policy.BetasContextManagement // the memory tool or edits: what such a policy adds
-	}
 	h := q.header.Clone()
-	betas.Merge(h)
+	shape.betas.Merge(h)
 	ctx, cancel := context.WithCancel(x.r.Context())
-	u := &leadUpload{body: newLeadBody(lease), betas: betas, cancel: cancel, t0: time.Now(), done: make(chan struct{})}
+	u := &leadUpload{body: newLeadBody(lease), betas: shape.betas, cancel: cancel, t0: time.Now(), done: make(chan struct{})}
 	req := s.up.newRequest(ctx, x.r, h, nil, nil)
-	req.Body, req.GetBody, req.ContentLength = u.body, nil, -1 // chunked; never resent by the transport
+	req.Body, req.GetBody, req.ContentLength = u.body, nil, int64(n+shape.added) // never resent by the transport
 	go func() {
 		defer close(u.done)
 		u.resp, u.err = s.up.send(req)
@@ -156,23 +177,17 @@ func (u *leadUpload) abort() {
 }
 
 // result is the upstream's reply to the upload, once the body is all handed to it; ok false
-// when the request is to be sent again whole: the upload failed before its end (the upstream
-// saw no whole request) or the upstream will not take a chunked body. ctx, when cancelled,
-// cancels the upload's request, as it would a request it made.
-func (u *leadUpload) result(ctx context.Context, up *upstream) (resp *http.Response, err error, ok bool) {
+// when the upload failed before its end (the upstream saw no whole request) and the request is
+// to be sent again whole. ctx, when cancelled, cancels the upload's request, as it would a
+// request it made.
+func (u *leadUpload) result(ctx context.Context) (resp *http.Response, err error, ok bool) {
 	select {
 	case <-u.done:
 	case <-ctx.Done():
 		u.cancel()
 		<-u.done
 	}
-	delivered := u.body.delivered()
-	switch {
-	case u.err != nil && !delivered && ctx.Err() == nil:
-		return nil, nil, false
-	case u.resp != nil && u.resp.StatusCode == http.StatusLengthRequired:
-		u.resp.Body.Close()
-		up.noChunked.Store(true) // every body goes buffered from now on
+	if u.err != nil && !u.body.delivered() && ctx.Err() == nil {
 		return nil, nil, false
 	}
 	context.AfterFunc(ctx, u.cancel)
@@ -273,11 +288,11 @@ func (b *leadBody) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// WriteTo writes the pieces as they come, each straight from where it is (net/http finds it
-// behind its read-tracking wrapper, and writes each as one chunk).
+// WriteTo writes the pieces as they come, straight from where they are, a batch in one writev
+// when w is a TCP connection (upstreamConn calls it, as for a leasedReader).
 func (b *leadBody) WriteTo(w io.Writer) (int64, error) {
 	var total int64
-	var q [][]byte
+	var q net.Buffers
 	for {
 		b.mu.Lock()
 		err := b.wait()
@@ -291,15 +306,11 @@ func (b *leadBody) WriteTo(w io.Writer) (int64, error) {
 		if err != nil {
 			return total, err
 		}
-		for _, p := range q {
-			if len(p) == 0 {
-				continue
-			}
-			n, err := w.Write(p)
-			total += int64(n)
-			if err != nil {
-				return total, fmt.Errorf("write upstream body: %w", err)
-			}
+		batch := q // WriteTo consumes its receiver
+		n, err := batch.WriteTo(w)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("write upstream body: %w", err)
 		}
 	}
 }

@@ -34,21 +34,29 @@ func leadPolicies() map[string]string {
 	}
 }
 
-// arrivals counts the upstream requests that reached the fake, whole or not, and how many came
-// chunked.
+// arrivals counts the upstream requests that reached the fake, whole or not.
 type arrivals struct {
-	api            *fakeapi.API
-	all, chunked   atomic.Int64
-	lastWasChunked atomic.Bool
+	api *fakeapi.API
+	all atomic.Int64
 }
 
 func (a *arrivals) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.all.Add(1)
-	a.lastWasChunked.Store(r.ContentLength < 0)
-	if r.ContentLength < 0 {
-		a.chunked.Add(1)
-	}
 	a.api.ServeHTTP(w, r)
+}
+
+// led reports whether the last request's log line says its body went upstream while it arrived.
+func (h *harness) led() bool {
+	h.t.Helper()
+	lines := h.logs.FilterMessage("request").All()
+	if len(lines) == 0 {
+		h.t.Fatal("no request log line")
+	}
+	led, ok := lines[len(lines)-1].ContextMap()["forwarded_while_reading"].(bool)
+	if !ok {
+		h.t.Fatal("the request log line has no forwarded_while_reading")
+	}
+	return led
 }
 
 // waitFor polls cond until it holds.
@@ -96,19 +104,20 @@ func TestForwardWhileReading(t *testing.T) {
 			if len(tc.body) < minLeadBody {
 				t.Fatalf("body of %d bytes is too small to be led", len(tc.body))
 			}
-			// The same request through a proxy that reads bodies whole: what the upstream must get.
-			hb, ab := newLeadHarness(t, func(c *Config) { c.ForwardWhileReading = false })
+			// The same request through a proxy that reads bodies whole (the default): what the
+			// upstream must get.
+			hb := newHarnessWith(t, nil, leadPolicies())
 			resp := hb.post(tc.path, tc.key, tc.body)
 			if b := readAll(t, resp.Body); resp.StatusCode != 200 {
 				t.Fatalf("buffered: %d %s", resp.StatusCode, b)
 			}
-			if ab.chunked.Load() != 0 {
-				t.Fatal("with ForwardWhileReading off (the default) the body went chunked")
-			}
 			want := hb.lastUpstream(tc.path)
+			if hb.led() {
+				t.Fatal("with ForwardWhileReading off (the default) a body went while it arrived")
+			}
 
 			h, a := newLeadHarness(t)
-			for i := range 2 { // the second starts with the betas the first needed
+			for i := range 3 { // the first sets the tenant's shape, the others go with it
 				resp := h.post(tc.path, tc.key, tc.body)
 				if b := readAll(t, resp.Body); resp.StatusCode != 200 {
 					t.Fatalf("request %d: %d %s", i, resp.StatusCode, b)
@@ -120,19 +129,19 @@ func TestForwardWhileReading(t *testing.T) {
 				if g, w := got.Header.Get("Anthropic-Beta"), want.Header.Get("Anthropic-Beta"); g != w {
 					t.Fatalf("request %d: anthropic-beta %q, buffered %q", i, g, w)
 				}
-				if !a.lastWasChunked.Load() {
-					t.Fatalf("request %d was not forwarded while it arrived (it had a Content-Length)", i)
+				if led := h.led(); led != (i > 0) {
+					t.Fatalf("request %d: forwarded while reading %v, want %v", i, led, i > 0)
 				}
 			}
-			if n := len(h.fake.Requests()); n != 2 || a.all.Load() > 3 {
-				t.Fatalf("%d requests recorded, %d arrived: want 2, and at most one first upload sent again", n, a.all.Load())
+			if n, all := len(h.fake.Requests()), a.all.Load(); n != 3 || all != 3 {
+				t.Fatalf("%d requests recorded, %d arrived: want 3 and 3", n, all)
 			}
 		})
 	}
 }
 
-func TestForwardWhileReadingSendsAgainOnOtherBetas(t *testing.T) {
-	h, a := newLeadHarness(t)
+func TestForwardWhileReadingSendsAgainOnAnotherShape(t *testing.T) {
+	h, _ := newLeadHarness(t)
 	// The plain tenant's body needs the context-management beta only when it carries
 	// context_management: the first needs none, so the second's upload starts without it, and
 	// is cut and sent again once its end shows it needs it.
@@ -149,8 +158,8 @@ func TestForwardWhileReadingSendsAgainOnOtherBetas(t *testing.T) {
 		if string(got.Body) != body {
 			t.Fatalf("request %d: the upstream got a body of %d bytes, the client sent %d", i, len(got.Body), len(body))
 		}
-		if chunked := a.lastWasChunked.Load(); chunked != (i != 1) {
-			t.Fatalf("request %d reached the upstream chunked=%v; want only the second sent again whole", i, chunked)
+		if led := h.led(); led != (i == 2) {
+			t.Fatalf("request %d: forwarded while reading %v; want only the third", i, led)
 		}
 	}
 	if n := len(h.fake.Requests()); n != 3 {
@@ -158,9 +167,9 @@ func TestForwardWhileReadingSendsAgainOnOtherBetas(t *testing.T) {
 	}
 }
 
-// postInTwo sends body through the proxy, its last quarter only once the upstream has the
-// upload's request: the proxy has begun forwarding before it refuses the body.
-func postInTwo(t *testing.T, h *harness, a *arrivals, key, body string) (*http.Response, string) {
+// postInTwo sends body through the proxy, its last quarter only once the upstream has had
+// arrived requests: the proxy has begun forwarding before it sees the end of the body.
+func postInTwo(t *testing.T, h *harness, a *arrivals, arrived int64, key, body string) (*http.Response, string) {
 	t.Helper()
 	pr, pw := io.Pipe()
 	req, err := http.NewRequest(http.MethodPost, h.proxy.URL+"/v1/messages", pr)
@@ -176,7 +185,7 @@ func postInTwo(t *testing.T, h *harness, a *arrivals, key, body string) (*http.R
 		if _, err := io.WriteString(pw, body[:cut]); err != nil {
 			return
 		}
-		waitFor(func() bool { return a.all.Load() > 0 })
+		waitFor(func() bool { return a.all.Load() >= arrived })
 		io.WriteString(pw, body[cut:])
 		pw.Close()
 	}()
@@ -185,6 +194,15 @@ func postInTwo(t *testing.T, h *harness, a *arrivals, key, body string) (*http.R
 		t.Fatal(err)
 	}
 	return resp, readAll(t, resp.Body)
+}
+
+// shapeTenant sends the lead tenant's first large body, which sets the shape the next go with.
+func shapeTenant(t *testing.T, h *harness) {
+	t.Helper()
+	resp := h.post("/v1/messages", keyLead, transcriptBody(false, ""))
+	if b := readAll(t, resp.Body); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
 }
 
 func TestForwardWhileReadingCutsRefusedBodies(t *testing.T) {
@@ -196,35 +214,21 @@ func TestForwardWhileReadingCutsRefusedBodies(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, a := newLeadHarness(t)
-			resp, b := postInTwo(t, h, a, keyLead, transcriptBody(false, tc.tail))
+			shapeTenant(t, h)
+			resp, b := postInTwo(t, h, a, 2, keyLead, transcriptBody(false, tc.tail))
 			if resp.StatusCode != 400 || !strings.Contains(b, tc.want) || gjson.Get(b, "type").Str != "error" {
 				t.Fatalf("%d %s", resp.StatusCode, b)
 			}
-			if n := len(h.fake.Requests()); n != 0 {
-				t.Fatalf("the upstream recorded %d requests from a refused body", n)
+			if n := len(h.fake.Requests()); n != 1 {
+				t.Fatalf("the upstream recorded %d requests, want only the first: a refused body's upload was not cut", n)
 			}
 		})
 	}
 }
 
-func TestForwardWhileReadingTo411Upstream(t *testing.T) {
-	h, a := newLeadHarness(t)
-	h.fake.SetOptions(fakeapi.Options{RequireContentLength: true})
-	body := transcriptBody(false, "")
-	for i := range 2 {
-		resp := h.post("/v1/messages", keyLead, body)
-		if b := readAll(t, resp.Body); resp.StatusCode != 200 {
-			t.Fatalf("request %d: %d %s", i, resp.StatusCode, b)
-		}
-	}
-	// The first upload is refused 411 and sent again with its length; the second goes buffered.
-	if n, all, ch := len(h.fake.Requests()), a.all.Load(), a.chunked.Load(); n != 2 || all != 3 || ch != 1 {
-		t.Fatalf("%d recorded, %d arrived, %d chunked; want 2, 3, 1", n, all, ch)
-	}
-}
-
 func TestForwardWhileReadingClientGoesAway(t *testing.T) {
 	h, a := newLeadHarness(t)
+	shapeTenant(t, h)
 	body := transcriptBody(false, "")
 	c, err := net.Dial("tcp", strings.TrimPrefix(h.proxy.URL, "http://"))
 	if err != nil {
@@ -233,7 +237,7 @@ func TestForwardWhileReadingClientGoesAway(t *testing.T) {
 	defer c.Close()
 	fmt.Fprintf(c, "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Api-Key: %s\r\n"+
 		"Anthropic-Version: 2023-06-01\r\nContent-Length: %d\r\n\r\n%s", keyLead, len(body), body[:len(body)*3/4])
-	eventually(t, "the upload's arrival upstream", func() { waitFor(func() bool { return a.all.Load() == 1 }) })
+	eventually(t, "the upload's arrival upstream", func() { waitFor(func() bool { return a.all.Load() == 2 }) })
 	c.(*net.TCPConn).CloseWrite()
 	if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
 		resp.Body.Close()
@@ -241,7 +245,7 @@ func TestForwardWhileReadingClientGoesAway(t *testing.T) {
 			t.Fatalf("a body cut short answered %s", resp.Status)
 		}
 	}
-	if n := len(h.fake.Requests()); n != 0 {
-		t.Fatalf("the upstream recorded %d requests from a body the client never finished", n)
+	if n := len(h.fake.Requests()); n != 1 {
+		t.Fatalf("the upstream recorded %d requests, want only the first: an unfinished body's upload was not cut", n)
 	}
 }

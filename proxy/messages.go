@@ -51,6 +51,7 @@ type request struct {
 	header      http.Header // upstream request headers (beta merged)
 	lease       *bodyLease  // the client's body buffer, when pooled
 	lead        *leadUpload // the first upstream call, sent while the body arrived (lead.go)
+	led         bool        // that call was the request's first: its body went while it arrived
 	parts       [][]byte    // first upstream request body, in pieces that alias the client's
 	body        []byte      // the same joined, in memory proxy mode (the loop edits a copy)
 	info        policy.RewriteInfo
@@ -232,7 +233,8 @@ func (x *exchange) roundTrip(ctx context.Context, body [][]byte, p retryPolicy) 
 	}
 	resp, err = x.s.up.do(ctx, func(attempt int) (*http.Response, error) {
 		if attempt == 0 && lead != nil {
-			if resp, err, ok := lead.result(ctx, x.s.up); ok {
+			if resp, err, ok := lead.result(ctx); ok {
+				x.req.led = true
 				return resp, err
 			}
 			t0 = time.Now() // the upstream saw no whole request: send it again, whole

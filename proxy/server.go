@@ -60,9 +60,9 @@ type Server struct {
 	router *mux.Router
 	pass   http.Handler // the reverse proxy of passthrough routes (servePassthrough authenticates)
 	trim   *idleTrim    // empties the upstream's idle pool after a burst
-	// leadBetas is, per tenant, the betas its last body forwarded while it
-	// arrived needed (policy.Betas): the next one's upload starts with them.
-	leadBetas sync.Map
+	// leadShapes is, per tenant, the leadShape of its last large body: the next
+	// one's upload starts with it (lead.go).
+	leadShapes sync.Map
 }
 
 const (

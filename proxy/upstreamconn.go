@@ -29,8 +29,17 @@ func dialUpstream(d *net.Dialer) func(ctx context.Context, network, addr string)
 // ReadFrom is what net/http's io.Copy of a request body calls.
 func (c upstreamConn) ReadFrom(r io.Reader) (int64, error) {
 	if lr, ok := r.(*io.LimitedReader); ok {
-		if br, ok := lr.R.(*leasedReader); ok && br.len() <= lr.N {
-			n, err := br.WriteTo(c.Conn)
+		var wt io.WriterTo
+		switch br := lr.R.(type) {
+		case *leasedReader:
+			if br.len() <= lr.N {
+				wt = br
+			}
+		case *leadBody:
+			wt = br // its length is the request's: readLeading finishes it only then
+		}
+		if wt != nil {
+			n, err := wt.WriteTo(c.Conn)
 			lr.N -= n
 			return n, err
 		}

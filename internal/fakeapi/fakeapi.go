@@ -66,12 +66,6 @@ type Options struct {
 	// in a request without the compact_20260112 edit, as one third party
 	// reports the API does (unverified, shared/spec/compaction.md §1.3).
 	CompactionBlockNeedsEdit bool `json:"compaction_block_needs_edit"`
-	// RequireContentLength answers a request body sent without a Content-Length
-	// (chunked) 411 before reading it, as some HTTP front ends do. The spec does
-	// not say whether the API takes chunked request bodies; by default the fake
-	// does, as Go's and most servers do. Either way a chunked upload cut before
-	// its last chunk is never a request: it is not recorded and gets no reply.
-	RequireContentLength bool `json:"require_content_length"`
 }
 
 // Option configures New.
@@ -360,21 +354,12 @@ func unread(w http.ResponseWriter, st int, e *APIError, reqID string) bool {
 	return true
 }
 
-func (a *API) requireLength() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.opts.RequireContentLength
-}
-
 func (a *API) readBody(req *http.Request) ([]byte, int, *APIError) {
 	a.mu.Lock()
 	limit := a.opts.MaxBodyBytes
 	a.mu.Unlock()
 	if limit <= 0 {
 		limit = MaxBodyBytes
-	}
-	if req.ContentLength < 0 && a.requireLength() {
-		return nil, http.StatusLengthRequired, &APIError{Type: "invalid_request_error", Message: "Length Required", unread: true}
 	}
 	var buf bytes.Buffer
 	if req.ContentLength > limit {
