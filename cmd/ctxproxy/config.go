@@ -46,7 +46,7 @@ var serveFlags = []flagSpec{
 	{"max-body", "CTXPROXY_MAX_BODY", "32MiB", "largest request body"},
 	{"log-level", "CTXPROXY_LOG_LEVEL", "info", "debug, info, warn or error"},
 	{"require-known-tenant", "CTXPROXY_REQUIRE_KNOWN_TENANT", "false", "answer 401 to clients that match no tenant"},
-	{"forward-while-reading", "CTXPROXY_FORWARD_WHILE_READING", "false", "send a request body of 256 KiB or more upstream, chunked, while it arrives (default: read each body whole first)"},
+	{"forward-while-reading", "CTXPROXY_FORWARD_WHILE_READING", "false", "send a Messages or count_tokens body of 256 KiB or more upstream while it arrives (default: read each body whole first)"},
 	{"ledger", "CTXPROXY_LEDGER", "file:./data/ledger.jsonl", "usage ledger: file:PATH or a postgres:// URL"},
 	{"prices", "CTXPROXY_PRICES", "", "prices file laid over the built-in price table (default: prices.yaml in the policies folder, if any)"},
 	{"admin-token", "CTXPROXY_ADMIN_TOKEN", "", "token for /admin endpoints; unset disables them"},
