@@ -33,8 +33,8 @@ import (
 // or two, and would only pay for the hand-off.
 const minLeadBody = 256 << 10
 
-// leadBatch is how much goes upstream at a time: each hand-off wakes the transport's writer and
-// makes a chunk (a write and a flush), so a read's worth each would cost more than it saves.
+// leadBatch is how much goes upstream at a time: each hand-off wakes the transport's writer for a
+// writev, so a read's worth each (often a few KiB) would cost more than it saves.
 const leadBatch = 128 << 10
 
 // mayLead says whether the request's body is forwarded while it arrives.
