@@ -49,7 +49,7 @@ func (x *exchange) mayLead(ep endpoint) bool {
 // readLeading is readClientBody and the rewrite for a body forwarded while it arrives. On true,
 // x.req.lead is the upload when it went ahead (roundTrip takes its reply); otherwise the body is
 // sent as a buffered one.
-func (x *exchange) readLeading(ep endpoint, known bool) bool {
+func (x *exchange) readLeading(ep endpoint) bool {
 	r, q := x.r, &x.req
 	n := int(r.ContentLength)
 	buf, lease := newBodyBuf(n)

@@ -89,7 +89,7 @@ func (x *exchange) readAndRewrite(ep endpoint) bool {
 		return false
 	}
 	if x.mayLead(ep) {
-		return x.readLeading(ep, known)
+		return x.readLeading(ep)
 	}
 	body, ok := x.readClientBody(known)
 	if !ok {
