@@ -260,27 +260,25 @@ func (p *Policy) RewriteLead(body []byte, h http.Header, countTokens bool, l *Le
 	}
 	// The Lead sent body[:l.sent] with its predicted change applied, if it sent that: it holds
 	// when those are exactly the changes before l.sent.
-	var abuf [4]splice
-	after := abuf[:0]
+	// parts then begins with exactly what the Lead handed out.
 	predicted := 0
 	for _, o := range ops {
 		switch {
 		case o.start >= l.sent:
-			after = append(after, o)
 		case l.predSent && o == l.pred:
 			predicted++
 		default:
 			return parts, nil, info, nil
 		}
 	}
-	if l.predSent && predicted != 1 {
-		return parts, nil, info, nil
+	handed := l.sent
+	if l.predSent {
+		if predicted != 1 {
+			return parts, nil, info, nil
+		}
+		handed += len(l.predText) - (l.pred.end - l.pred.start)
 	}
-	rest = [][]byte{body}
-	if len(after) > 0 {
-		rest = spliceParts(body, after)
-	}
-	return parts, dropPrefix(rest, l.sent), info, nil
+	return parts, dropPrefix(parts, handed), info, nil
 }
 
 // dropPrefix is parts without their first n bytes.

@@ -74,6 +74,9 @@ func TestLeadAdvance(t *testing.T) {
 // TestLeadTrickleReadsHeadLogTimes: a body arriving a byte at a time whose messages has not
 // begun yet is not read from the start once per byte (a square of its length).
 func TestLeadTrickleReadsHeadLogTimes(t *testing.T) {
+	if !LeadWorks {
+		t.Skip("no vector skim on this CPU: a Lead never reads the head")
+	}
 	body := []byte(`{"system":"` + strings.Repeat("a", 100000) + `","messages":[]}`)
 	l := mustParse(t, "tenant: t\nmemory: {mode: inject}\n").NewLead(nil)
 	leadAll(t, l, body, []int{1})

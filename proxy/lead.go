@@ -55,7 +55,7 @@ func (x *exchange) readLeading(ep endpoint) bool {
 	buf, lease := newBodyBuf(n)
 	q.lease = lease
 	lead := q.pol.NewLead(q.header)
-	shape, shaped := x.s.leadShape(q.tenant)
+	shape, shaped := x.s.shapeOf(q.tenant)
 	var up *leadUpload
 	defer func() {
 		if up != nil && q.lead != up {
@@ -69,11 +69,14 @@ func (x *exchange) readLeading(ep endpoint) bool {
 	for got < n {
 		m, err := rd.Read(buf[got:])
 		got += m
-		for _, p := range lead.Advance(buf[:got]) {
-			pending = append(pending, p)
-			pendingN += len(p)
+		pieces := lead.Advance(buf[:got]) // skims messages as it comes, shaped or not
+		if shaped {
+			for _, p := range pieces {
+				pending = append(pending, p)
+				pendingN += len(p)
+			}
 		}
-		if pendingN >= leadBatch && shaped {
+		if pendingN >= leadBatch {
 			if up == nil {
 				up = x.startLead(lease, shape, n)
 			}
@@ -121,8 +124,8 @@ type leadShape struct {
 	added int
 }
 
-// leadShape is the shape of the tenant's last large body, if it has sent one.
-func (s *Server) leadShape(tenant string) (leadShape, bool) {
+// shapeOf is the shape of the tenant's last large body, if it has sent one.
+func (s *Server) shapeOf(tenant string) (leadShape, bool) {
 	v, ok := s.leadShapes.Load(tenant)
 	if !ok {
 		return leadShape{}, false
@@ -141,7 +144,6 @@ func partsLen(parts [][]byte) int {
 // leadUpload is the upstream request of a body forwarded while it arrives.
 type leadUpload struct {
 	body   *leadBody
-	betas  policy.Betas // merged into its headers
 	cancel context.CancelFunc
 	t0     time.Time
 	done   chan struct{} // closed when resp and err are set
@@ -156,7 +158,7 @@ func (x *exchange) startLead(lease *bodyLease, shape leadShape, n int) *leadUplo
 	h := q.header.Clone()
 	shape.betas.Merge(h)
 	ctx, cancel := context.WithCancel(x.r.Context())
-	u := &leadUpload{body: newLeadBody(lease), betas: shape.betas, cancel: cancel, t0: time.Now(), done: make(chan struct{})}
+	u := &leadUpload{body: newLeadBody(lease), cancel: cancel, t0: time.Now(), done: make(chan struct{})}
 	req := s.up.newRequest(ctx, x.r, h, nil, nil)
 	req.Body, req.GetBody, req.ContentLength = u.body, nil, int64(n+shape.added) // never resent by the transport
 	go func() {

@@ -46,9 +46,9 @@ type Config struct {
 	UpstreamTimeout    time.Duration // time to the upstream's response headers; default 10 min
 	StreamIdleTimeout  time.Duration // longest silence between stream bytes; default 5 min
 	Transport          http.RoundTripper
-	// ForwardWhileReading sends a large request body upstream, chunked, while it
-	// arrives (lead.go); off, every body is read whole first. Off by default: in
-	// the bench it still costs more than it saves (see issue 20's note).
+	// ForwardWhileReading sends a large request body upstream while it arrives
+	// (lead.go); off, every body is read whole first. Off by default: in the
+	// bench it is level with reading whole (bench/RESULTS.md, session 7).
 	ForwardWhileReading bool
 }
 
