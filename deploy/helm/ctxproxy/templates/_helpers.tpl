@@ -121,6 +121,8 @@ capabilities:
   value: {{ .Values.requireKnownTenant | toString | quote }}
 - name: CTXPROXY_MAX_BODY
   value: {{ .Values.maxBody | quote }}
+- name: CTXPROXY_FORWARD_WHILE_READING
+  value: {{ .Values.forwardWhileReading | toString | quote }}
 - name: CTXPROXY_UPSTREAM_TIMEOUT
   value: {{ .Values.upstreamTimeout | quote }}
 - name: CTXPROXY_STREAM_IDLE_TIMEOUT
