@@ -34,8 +34,9 @@ func dialUpstream(d *net.Dialer) func(ctx context.Context, network, addr string)
 // sidecar, a local gateway). There the kernel hands what the proxy writes straight to the
 // reader's queue, so a body written in one writev sits there whole, in pages that have left the
 // cache by the time the reader copies them out; with the buffer bounded, the write waits for the
-// reader and the pages it reuses are still warm. On 1 MiB bodies this took a fifth off the CPU
-// of the proxy and of the upstream (bench/RESULTS.md, session 8). Linux doubles it (1 MiB).
+// reader and the pages it reuses are still warm. On 1 MiB bodies this took about 0.1 ms (a
+// seventh) off the proxy's CPU per request and a few percent off the upstream's (bench/RESULTS.md,
+// session 8). Linux doubles it (1 MiB).
 // A remote upstream keeps the kernel's autotuning: there the buffer holds what is in flight, and
 // a bound would cap each round trip.
 const sameHostSendBuffer = 512 << 10
