@@ -14,6 +14,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
+	"github.com/ctxproxy/ctxproxy/limits"
 	"github.com/ctxproxy/ctxproxy/policy"
 )
 
@@ -67,8 +68,12 @@ func waitFor(cond func() bool) {
 }
 
 func newLeadHarness(t *testing.T, opts ...harnessOpt) (*harness, *arrivals) {
+	return newLeadHarnessWith(t, leadPolicies(), opts...)
+}
+
+func newLeadHarnessWith(t *testing.T, pols map[string]string, opts ...harnessOpt) (*harness, *arrivals) {
 	a := &arrivals{api: fakeapi.New()}
-	h := newHarnessWith(t, a, leadPolicies(), append([]harnessOpt{func(c *Config) { c.ForwardWhileReading = true }}, opts...)...)
+	h := newHarnessWith(t, a, pols, append([]harnessOpt{func(c *Config) { c.ForwardWhileReading = true }}, opts...)...)
 	h.fake = a.api
 	return h, a
 }
@@ -223,6 +228,23 @@ func TestForwardWhileReadingCutsRefusedBodies(t *testing.T) {
 				t.Fatalf("the upstream recorded %d requests, want only the first: a refused body's upload was not cut", n)
 			}
 		})
+	}
+}
+
+// The tenant's limits see a body only once it has all arrived; one they refuse is cut like one
+// the rewrite refuses, so the upstream never has a request it would answer and bill.
+func TestForwardWhileReadingCutsABodyItsLimitsRefuse(t *testing.T) {
+	pols := leadPolicies()
+	pols["lead.yaml"] += "limits:\n  requests_per_minute: 1\n"
+	e := limits.New(limits.Config{Spend: limits.NewMemoryStore(), Rate: limits.NewMemoryRate()})
+	h, a := newLeadHarnessWith(t, pols, func(c *Config) { c.Limits = e })
+	shapeTenant(t, h) // the minute's one request
+	resp, b := postInTwo(t, h, a, 2, keyLead, transcriptBody(false, ""))
+	if resp.StatusCode != http.StatusTooManyRequests || gjson.Get(b, "error.type").Str != "rate_limit_error" {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	if n := len(h.fake.Requests()); n != 1 {
+		t.Fatalf("the upstream recorded %d requests, want only the first: the refused body's upload was not cut", n)
 	}
 }
 
