@@ -123,8 +123,7 @@ func skimValue(b []byte, i, depth int) (int, *scanError) {
 func skimValueBlocks(b []byte, i, depth int) (int, *scanError) {
 	var v valueSkim
 	v.start(b, i, depth)
-	end, err := v.walk(b, true)
-	return end, err
+	return v.walk(b, true)
 }
 
 // valueSkim is skimValueBlocks' walk, resumable: a Lead feeds it a body as it arrives, whole

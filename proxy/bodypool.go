@@ -72,15 +72,26 @@ func (l *bodyLease) release() {
 	bodyPools[l.class].Put(&b)
 }
 
+// opened counts a reader made over the buffer; settled must follow once it
+// has reached EOF. Both do nothing on a nil lease (a body not pooled).
+func (l *bodyLease) opened() {
+	if l != nil {
+		l.open.Add(1)
+	}
+}
+
+func (l *bodyLease) settled() {
+	if l != nil {
+		l.open.Add(-1)
+	}
+}
+
 // reader is an upstream request body over parts (which may alias the
 // leased buffer): net.Buffers without its WriterTo, so every byte leaves
 // through Read and EOF is seen here.
 func (l *bodyLease) reader(parts [][]byte) io.Reader {
-	r := &leasedReader{bufs: append(net.Buffers(nil), parts...), lease: l}
-	if l != nil {
-		l.open.Add(1)
-	}
-	return r
+	l.opened()
+	return &leasedReader{bufs: append(net.Buffers(nil), parts...), lease: l}
 }
 
 type leasedReader struct {
@@ -124,8 +135,6 @@ func (r *leasedReader) len() int64 {
 func (r *leasedReader) eof() {
 	if !r.done {
 		r.done = true
-		if r.lease != nil {
-			r.lease.open.Add(-1)
-		}
+		r.lease.settled()
 	}
 }

@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -96,5 +98,32 @@ func TestPooledBodiesNeverMix(t *testing.T) {
 	}
 	if len(seen) != 40 {
 		t.Fatalf("upstream saw %d distinct requests, want 40", len(seen))
+	}
+}
+
+// readBody takes exactly the declared length: a body that goes on past it (which a handler
+// called with an unframed body can see) or stops short of it is an error, not a truncation.
+func TestReadBodyHoldsToItsContentLength(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		body     string
+		declared int64
+		want     error
+	}{
+		{"a body of its declared length is read whole", "0123456789", 10, nil},
+		{"a body longer than declared is refused", "0123456789+", 10, errPastLength},
+		{"a body shorter than declared is refused", "012345678", 10, io.ErrUnexpectedEOF},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(tc.body))
+			r.ContentLength = tc.declared
+			got, _, err := readBody(r, 1<<20)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err %v, want %v", err, tc.want)
+			}
+			if err == nil && string(got) != tc.body {
+				t.Fatalf("read %q, want %q", got, tc.body)
+			}
+		})
 	}
 }

@@ -91,9 +91,8 @@ func (x *exchange) readLeading(ep endpoint) bool {
 			return false
 		}
 	}
-	var one [1]byte
-	if m, _ := rd.Read(one[:]); m > 0 {
-		x.fail(http.StatusBadRequest, "invalid_request_error", "could not read request body: body longer than its content-length")
+	if err := pastLength(rd); err != nil {
+		x.fail(http.StatusBadRequest, "invalid_request_error", "could not read request body: "+err.Error())
 		return false
 	}
 	q.bytesIn = int64(n)
@@ -215,9 +214,7 @@ type leadBody struct {
 func newLeadBody(lease *bodyLease) *leadBody {
 	b := &leadBody{lease: lease}
 	b.more.L = &b.mu
-	if lease != nil {
-		lease.open.Add(1) // settled at EOF, as a leasedReader
-	}
+	lease.opened() // settled at EOF, as a leasedReader
 	return b
 }
 
@@ -269,9 +266,7 @@ func (b *leadBody) wait() error {
 		case b.final:
 			if !b.eof {
 				b.eof = true
-				if b.lease != nil {
-					b.lease.open.Add(-1)
-				}
+				b.lease.settled()
 			}
 			return io.EOF
 		}

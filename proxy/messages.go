@@ -208,16 +208,27 @@ func readBody(r *http.Request, limit int64) ([]byte, *bodyLease, error) {
 			lease.release()
 			return nil, nil, err
 		}
-		// Anything beyond the declared length is a broken client.
-		var one [1]byte
-		if n, _ := rd.Read(one[:]); n > 0 {
+		if err := pastLength(rd); err != nil {
 			lease.release()
-			return nil, nil, errors.New("body longer than its content-length")
+			return nil, nil, err
 		}
 		return buf, lease, nil
 	}
 	b, err := io.ReadAll(rd)
 	return b, nil, err
+}
+
+// errPastLength is a body that goes on past its Content-Length: a broken client.
+var errPastLength = errors.New("body longer than its content-length")
+
+// pastLength reads rd, a body read up to its declared length, for one byte more: any is
+// errPastLength.
+func pastLength(rd io.Reader) error {
+	var one [1]byte
+	if n, _ := rd.Read(one[:]); n > 0 {
+		return errPastLength
+	}
+	return nil
 }
 
 // roundTrip sends body upstream, retrying per p, and returns the reply with
