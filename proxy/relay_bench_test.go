@@ -217,6 +217,16 @@ func BenchmarkServeTraced(b *testing.B) {
 	})
 }
 
+// BenchmarkServeTracedNotSampled is BenchmarkServe with tracing configured and
+// a sampler that samples nothing (OTEL_TRACES_SAMPLER=always_off): what a
+// configured tracer costs the requests it leaves out.
+func BenchmarkServeTracedNotSampled(b *testing.B) {
+	b.Setenv("OTEL_TRACES_SAMPLER", "always_off")
+	tr := tracing.WithExporter(discardExporter{})
+	b.Cleanup(func() { tr.Shutdown(context.Background()) })
+	benchServe(b, newBenchServerTraced(b, tr), nil)
+}
+
 type discardExporter struct{}
 
 func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }

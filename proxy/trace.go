@@ -62,19 +62,20 @@ func (x *exchange) startCallSpan(ctx context.Context) context.Context {
 	if q.pol != nil {
 		req.PolicyMode = string(q.pol.ContextManagement.Mode)
 	}
+	ctx, x.spans.call = t.StartChat(ctx, req)
 	content := q.pol != nil && q.pol.Tracing.Content
-	if q.info.Threaded || content {
+	if (q.info.Threaded || content) && x.spans.call.Recording() {
 		body := x.loop.body // the whole body, in memory proxy mode
 		if body == nil {
 			body = joinParts(q.parts)
 		}
 		r := gjson.GetManyBytes(body, "thread.previous_message_id", "messages")
-		req.ConversationID = r[0].Str
+		messages := ""
 		if content {
-			req.InputMessages = r[1].Raw
+			messages = r[1].Raw
 		}
+		x.spans.call.SetInput(r[0].Str, messages)
 	}
-	ctx, x.spans.call = t.StartChat(ctx, req)
 	return ctx
 }
 
@@ -146,7 +147,7 @@ func (x *exchange) traceMemory(ctx context.Context, input []byte, run func(conte
 		return run(ctx)
 	}
 	ctx, sp := t.StartMemory(ctx, gjson.GetBytes(input, "command").Str)
-	if x.req.pol != nil && x.req.pol.Tracing.Content {
+	if x.req.pol != nil && x.req.pol.Tracing.Content && sp.Recording() {
 		sp.SetMemoryInput(string(input))
 	}
 	res := run(ctx)

@@ -1,6 +1,8 @@
 package tracing
 
 import (
+	"strings"
+
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/ctxproxy/ctxproxy/internal/apierr"
@@ -47,16 +49,14 @@ const OperationChat = "chat"
 
 // ChatRequest is what is known of an upstream call before it is sent.
 type ChatRequest struct {
-	Operation      string // default "chat"
-	Model          string
-	MaxTokens      int64
-	Stream         bool
-	ConversationID string // the thread's previous_message_id, when threaded
-	Tenant         string
-	PolicyMode     string   // the tenant's context_management mode
-	Edits          []string // edits the proxy wrote into the request
-	Round          int      // memory-loop round, 0 for the client's own call
-	InputMessages  string   // the request's messages (JSON), only when the tenant opted in
+	Operation  string // default "chat"
+	Model      string
+	MaxTokens  int64
+	Stream     bool
+	Tenant     string
+	PolicyMode string   // the tenant's context_management mode
+	Edits      []string // edits the proxy wrote into the request
+	Round      int      // memory-loop round, 0 for the client's own call
 }
 
 // ChatResponse is what the reply told of the call.
@@ -124,17 +124,37 @@ func (s Span) EndServer(status int, tenant string) {
 	if s.sp == nil {
 		return
 	}
-	s.sp.SetAttributes(attribute.Int(AttrUpstreamStatus, status), attribute.String(AttrTenant, tenant))
-	if status >= 500 {
-		s.Fail(apierr.Type(status), "request failed")
+	if s.sp.IsRecording() {
+		s.sp.SetAttributes(attribute.Int(AttrUpstreamStatus, status), attribute.String(AttrTenant, tenant))
+		if status >= 500 {
+			s.Fail(apierr.Type(status), "request failed")
+		}
 	}
 	s.sp.End()
+}
+
+// SetInput records what the request says of its conversation on a chat
+// span: the thread's previous_message_id (empty when not threaded) and the
+// messages (JSON; empty unless the tenant opted into content). The caller
+// reads them from the body only when Recording says they are kept.
+func (s Span) SetInput(conversationID, messages string) {
+	if !s.Recording() {
+		return
+	}
+	if conversationID != "" {
+		s.sp.SetAttributes(attribute.String(AttrConversationID, conversationID))
+	}
+	if messages != "" {
+		// The proxy leaves the messages' contents to the API to validate; an
+		// exporter refuses a batch with a string that is not UTF-8.
+		s.sp.SetAttributes(attribute.String(AttrInputMessages, strings.ToValidUTF8(messages, "\uFFFD")))
+	}
 }
 
 // SetMemoryInput records a memory command's input (paths and text), for a
 // tenant that opted into content in its traces.
 func (s Span) SetMemoryInput(input string) {
-	if s.sp != nil {
+	if s.Recording() {
 		s.sp.SetAttributes(attribute.String(AttrMemoryInput, input))
 	}
 }
@@ -143,6 +163,10 @@ func (s Span) SetMemoryInput(input string) {
 // host path) and ends the span.
 func (s Span) EndMemory(ok bool, bytes int) {
 	if s.sp == nil {
+		return
+	}
+	if !s.sp.IsRecording() {
+		s.sp.End()
 		return
 	}
 	result := "ok"

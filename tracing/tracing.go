@@ -133,20 +133,38 @@ func (t *Tracer) Shutdown(ctx context.Context) error {
 	return nil
 }
 
+// The spans' kinds as start options made once: built per call, each would
+// cost the request an allocation.
+var (
+	serverKind   = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+	clientKind   = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+	internalKind = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
+)
+
 // StartServer starts the server span of one client request, continuing the
 // trace of an incoming traceparent.
+//
+// Spans start under a provisional name and without attributes; the full name
+// and the attributes are set only on a span that records. The samplers
+// OTEL_TRACES_SAMPLER can name decide on the trace ID and the parent alone,
+// so a configured tracer that does not sample a request builds nothing for it.
 func (t *Tracer) StartServer(r *http.Request, route string) (context.Context, Span) {
 	if t == nil {
 		return r.Context(), Span{}
 	}
-	ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	ctx, sp := t.t.Start(ctx, r.Method+" "+route,
-		trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(
+	ctx := r.Context()
+	if _, ok := r.Header["Traceparent"]; ok { // Extract finds nothing without it, at a header lookup's allocation
+		ctx = t.prop.Extract(ctx, propagation.HeaderCarrier(r.Header))
+	}
+	ctx, sp := t.t.Start(ctx, route, serverKind...)
+	if sp.IsRecording() {
+		sp.SetName(r.Method + " " + route)
+		sp.SetAttributes(
 			attribute.String("http.request.method", r.Method),
 			attribute.String("http.route", route),
 			attribute.String("url.path", r.URL.Path),
-		))
+		)
+	}
 	return ctx, Span{sp}
 }
 
@@ -160,6 +178,11 @@ func (t *Tracer) StartChat(ctx context.Context, req ChatRequest) (context.Contex
 	if op == "" {
 		op = OperationChat
 	}
+	ctx, sp := t.t.Start(ctx, op, clientKind...)
+	if !sp.IsRecording() {
+		return ctx, Span{sp}
+	}
+	sp.SetName(op + " " + req.Model)
 	attrs := make([]attribute.KeyValue, 0, 10)
 	attrs = append(attrs,
 		attribute.String(AttrProviderName, "anthropic"),
@@ -173,18 +196,10 @@ func (t *Tracer) StartChat(ctx context.Context, req ChatRequest) (context.Contex
 	if req.MaxTokens > 0 {
 		attrs = append(attrs, attribute.Int64(AttrRequestMaxTokens, req.MaxTokens))
 	}
-	if req.ConversationID != "" {
-		attrs = append(attrs, attribute.String(AttrConversationID, req.ConversationID))
-	}
 	if len(req.Edits) > 0 {
 		attrs = append(attrs, attribute.StringSlice(AttrEditsWritten, req.Edits))
 	}
-	if req.InputMessages != "" {
-		// The proxy leaves the messages' contents to the API to validate; an
-		// exporter refuses a batch with a string that is not UTF-8.
-		attrs = append(attrs, attribute.String(AttrInputMessages, strings.ToValidUTF8(req.InputMessages, "\uFFFD")))
-	}
-	ctx, sp := t.t.Start(ctx, op+" "+req.Model, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	sp.SetAttributes(attrs...)
 	return ctx, Span{sp}
 }
 
@@ -193,8 +208,11 @@ func (t *Tracer) StartMemory(ctx context.Context, command string) (context.Conte
 	if t == nil {
 		return ctx, Span{}
 	}
-	ctx, sp := t.t.Start(ctx, "memory "+command, trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(attribute.String(AttrMemoryCommand, command)))
+	ctx, sp := t.t.Start(ctx, "memory", internalKind...)
+	if sp.IsRecording() {
+		sp.SetName("memory " + command)
+		sp.SetAttributes(attribute.String(AttrMemoryCommand, command))
+	}
 	return ctx, Span{sp}
 }
 

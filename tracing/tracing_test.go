@@ -6,6 +6,9 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/ctxproxy/ctxproxy/internal/otlptest"
@@ -139,7 +142,8 @@ func TestInputMessagesNotUTF8StillExport(t *testing.T) {
 	}
 	r := httptest.NewRequest("POST", "/v1/messages", nil)
 	ctx, srv := tr.StartServer(r, "/v1/messages")
-	_, chat := tr.StartChat(ctx, tracing.ChatRequest{Model: "m", InputMessages: "[{\"role\":\"user\",\"content\":\"caf\xe9\"}]"})
+	_, chat := tr.StartChat(ctx, tracing.ChatRequest{Model: "m"})
+	chat.SetInput("", "[{\"role\":\"user\",\"content\":\"caf\xe9\"}]")
 	chat.EndChat(tracing.ChatResponse{Status: 200})
 	srv.End()
 	if err := tr.Shutdown(context.Background()); err != nil {
@@ -151,5 +155,47 @@ func TestInputMessagesNotUTF8StillExport(t *testing.T) {
 	}
 	if got := spans[1].Attrs["gen_ai.input.messages"]; got != "[{\"role\":\"user\",\"content\":\"caf\uFFFD\"}]" {
 		t.Errorf("gen_ai.input.messages = %q", got)
+	}
+}
+
+// A tracer that is configured but does not sample a request (OTEL_TRACES_SAMPLER=always_off, or a
+// ratio that left it out) must cost the request path no more than the SDK's own spans do: the names
+// and attributes are built only for a span that records.
+func TestASpanNotSampledBuildsNoAttributes(t *testing.T) {
+	t.Setenv("OTEL_TRACES_SAMPLER", "always_off")
+	tr := tracing.WithExporter(tracetest.NewInMemoryExporter())
+	defer tr.Shutdown(context.Background())
+	sdk := sdktrace.NewTracerProvider()
+	defer sdk.Shutdown(context.Background())
+	bare := sdk.Tracer("bare")
+
+	r := httptest.NewRequest("POST", "/v1/messages", nil)
+	edits := []string{"clear_thinking_20251015", "clear_tool_uses_20250919"}
+	ours := testing.AllocsPerRun(200, func() {
+		ctx, srv := tr.StartServer(r, "/v1/messages")
+		cctx, chat := tr.StartChat(ctx, tracing.ChatRequest{
+			Model: "claude-sonnet-4-5", MaxTokens: 1024, Stream: true, Tenant: "acme", PolicyMode: "enforce",
+			Edits: edits, Round: 1,
+		})
+		_ = 0
+		_, mem := tr.StartMemory(cctx, "view")
+		mem.SetMemoryInput(`{"command":"view","path":"/memories"}`)
+		mem.EndMemory(true, 42)
+		chat.EndChat(tracing.ChatResponse{Status: 200, ID: "msg_2", Model: "claude-sonnet-4-5", StopReason: "end_turn", InputTokens: 10})
+		srv.EndServer(200, "acme")
+	})
+	server := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+	client := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+	internal := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
+	sdkOwn := testing.AllocsPerRun(200, func() {
+		ctx, srv := bare.Start(r.Context(), "server", server...)
+		cctx, chat := bare.Start(ctx, "chat", client...)
+		_, mem := bare.Start(cctx, "memory", internal...)
+		mem.End()
+		chat.End()
+		srv.End()
+	})
+	if ours > sdkOwn {
+		t.Errorf("three spans not sampled cost %v allocations, the SDK's own three %v: attributes were built for spans that drop them", ours, sdkOwn)
 	}
 }
