@@ -147,8 +147,8 @@ func (x *exchange) traceMemory(ctx context.Context, input []byte, run func(conte
 		return run(ctx)
 	}
 	ctx, sp := t.StartMemory(ctx, gjson.GetBytes(input, "command").Str)
-	if x.req.pol != nil && x.req.pol.Tracing.Content && sp.Recording() {
-		sp.SetMemoryInput(string(input))
+	if x.req.pol != nil && x.req.pol.Tracing.Content {
+		sp.SetMemoryInput(input)
 	}
 	res := run(ctx)
 	sp.EndMemory(!res.IsError, len(res.Content))

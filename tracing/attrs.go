@@ -153,9 +153,9 @@ func (s Span) SetInput(conversationID, messages string) {
 
 // SetMemoryInput records a memory command's input (paths and text), for a
 // tenant that opted into content in its traces.
-func (s Span) SetMemoryInput(input string) {
-	if s.Recording() {
-		s.sp.SetAttributes(attribute.String(AttrMemoryInput, input))
+func (s Span) SetMemoryInput(input []byte) {
+	if s.Recording() { // the string is made only for a span that keeps it
+		s.sp.SetAttributes(attribute.String(AttrMemoryInput, string(input)))
 	}
 }
 

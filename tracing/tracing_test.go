@@ -171,6 +171,7 @@ func TestASpanNotSampledBuildsNoAttributes(t *testing.T) {
 
 	r := httptest.NewRequest("POST", "/v1/messages", nil)
 	edits := []string{"clear_thinking_20251015", "clear_tool_uses_20250919"}
+	memInput := []byte(`{"command":"view","path":"/memories"}`)
 	ours := testing.AllocsPerRun(200, func() {
 		ctx, srv := tr.StartServer(r, "/v1/messages")
 		cctx, chat := tr.StartChat(ctx, tracing.ChatRequest{
@@ -179,7 +180,7 @@ func TestASpanNotSampledBuildsNoAttributes(t *testing.T) {
 		})
 		_ = 0
 		_, mem := tr.StartMemory(cctx, "view")
-		mem.SetMemoryInput(`{"command":"view","path":"/memories"}`)
+		mem.SetMemoryInput(memInput)
 		mem.EndMemory(true, 42)
 		chat.EndChat(tracing.ChatResponse{Status: 200, ID: "msg_2", Model: "claude-sonnet-4-5", StopReason: "end_turn", InputTokens: 10})
 		srv.EndServer(200, "acme")
