@@ -6,12 +6,11 @@ import (
 	"strconv"
 
 	"github.com/ctxproxy/ctxproxy/internal/apierr"
-	"github.com/ctxproxy/ctxproxy/policy"
 )
 
 type healthData struct {
 	Checks []Check
-	Reload policy.ReloadStatus
+	Reload reloadView
 	Errors []errorCount
 }
 
@@ -24,7 +23,7 @@ type errorCount struct {
 // health shows readiness (memory store, ledger, limits store), the last
 // policy reload, and the error answers clients got since start, by type.
 func (c *Console) health(w http.ResponseWriter, r *http.Request) {
-	d := healthData{Reload: c.cfg.Policies.LastReload()}
+	d := healthData{Reload: c.reload(r)}
 	if c.cfg.Ready != nil {
 		d.Checks = c.cfg.Ready(r.Context())
 	}

@@ -84,14 +84,14 @@ func (c *Console) visible(r *http.Request) []*policy.Policy {
 
 type indexData struct {
 	Tenants []tenantView
-	Reload  policy.ReloadStatus
+	Reload  reloadView
 	Top     []tenantView // by savings, most first
 }
 
 // tenants is the console's home: every visible tenant, its policy, what it
 // spent and saved this month.
 func (c *Console) tenants(w http.ResponseWriter, r *http.Request) {
-	d := indexData{Reload: c.cfg.Policies.LastReload()}
+	d := indexData{Reload: c.reload(r)}
 	month := monthStart(c.cfg.Now())
 	totals := c.totalsByTenant(r, month)
 	for _, p := range c.visible(r) {
@@ -134,10 +134,7 @@ func (c *Console) tenantPage(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	c.render(w, r, "tenant", http.StatusOK, page{Title: p.Tenant, Tenant: p.Tenant, Data: struct {
-		T      tenantView
-		Reload policy.ReloadStatus
-	}{v, c.cfg.Policies.LastReload()}})
+	c.render(w, r, "tenant", http.StatusOK, page{Title: p.Tenant, Tenant: p.Tenant, Data: struct{ T tenantView }{v}})
 }
 
 func (c *Console) spend(r *http.Request, p *policy.Policy) ([]tokens.CapRow, string) {
@@ -165,4 +162,41 @@ func (c *Console) totalsByTenant(r *http.Request, from time.Time) map[string]tok
 		out[t.Tenant] = t.Totals
 	}
 	return out
+}
+
+// reloadView is the outcome of the last policy load as the session may see
+// it: a tenant token sees the problems of its own tenant's policy file only
+// (other files name other tenants, their files and lines), and how many it
+// may not see.
+type reloadView struct {
+	At       time.Time
+	OK       bool
+	Problems []string // file:line: problem, the file relative to the policies folder
+	Hidden   int      // problems in files this session may not see
+}
+
+func (c *Console) reload(r *http.Request) reloadView {
+	st := c.cfg.Policies.LastReload()
+	v := reloadView{At: st.At, OK: st.OK()}
+	s, _ := session(r)
+	own := ""
+	if s.who.Tenant != "" {
+		if p := c.cfg.Policies.Current().Tenant(s.who.Tenant); p != nil {
+			own = p.File
+		}
+	}
+	dir := c.cfg.Policies.Dir()
+	for _, e := range st.Problems {
+		if s.who.Tenant != "" && (own == "" || e.File != own) {
+			v.Hidden++
+			continue
+		}
+		if e.File != "" {
+			e.File = c.relFile(e.File)
+		}
+		// A message may name another file by its host path (a duplicate tenant).
+		e.Msg = strings.ReplaceAll(e.Msg, dir+string(filepath.Separator), "")
+		v.Problems = append(v.Problems, e.Error())
+	}
+	return v
 }

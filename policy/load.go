@@ -27,6 +27,9 @@ type LoadError struct {
 }
 
 func (e LoadError) Error() string {
+	if e.File == "" {
+		return e.Msg
+	}
 	if e.Line <= 0 {
 		return e.File + ": " + e.Msg
 	}

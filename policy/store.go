@@ -61,8 +61,12 @@ func NewStore(dir string, log *zap.Logger) (*Store, error) {
 
 // ReloadStatus is the outcome of the latest load of the folder.
 type ReloadStatus struct {
-	At       time.Time
-	Problems []string // why it was refused (file:line: problem); none when it succeeded
+	At time.Time
+	// Problems is why it was refused, by file and line (a problem of no
+	// file, such as an unreadable folder, has File ""); none when it
+	// succeeded. Kept structured so a reader can show each tenant the
+	// problems of its own file only.
+	Problems LoadErrors
 }
 
 // OK says whether the latest load succeeded.
@@ -98,11 +102,11 @@ func (s *Store) reload() error {
 			for i, e := range le {
 				problems[i] = e.Error()
 			}
-			s.last.Store(&ReloadStatus{At: time.Now(), Problems: problems})
+			s.last.Store(&ReloadStatus{At: time.Now(), Problems: le})
 			s.log.Error("policy reload refused; the last good policies stay in force",
 				zap.String("dir", s.dir), zap.Strings("problems", problems))
 		} else {
-			s.last.Store(&ReloadStatus{At: time.Now(), Problems: []string{err.Error()}})
+			s.last.Store(&ReloadStatus{At: time.Now(), Problems: LoadErrors{{Msg: err.Error()}}})
 			s.log.Error("policy reload refused; the last good policies stay in force",
 				zap.String("dir", s.dir), zap.Error(err))
 		}

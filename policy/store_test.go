@@ -65,7 +65,7 @@ func TestReloadRefusesBadSetAndKeepsLastGood(t *testing.T) {
 	if logs.FilterMessageSnippet("reload refused").Len() != 1 {
 		t.Fatalf("want one log line for the refused reload, got %v", logs.All())
 	}
-	if st := s.LastReload(); st.OK() || len(st.Problems) != 1 || !strings.Contains(st.Problems[0], "acme.yaml:2") {
+	if st := s.LastReload(); st.OK() || len(st.Problems) != 1 || !strings.Contains(st.Problems[0].Error(), "acme.yaml:2") {
 		t.Fatalf("LastReload after a refused reload = %+v, want the problem at acme.yaml:2", st)
 	}
 

@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/tidwall/gjson"
 
+	"github.com/ctxproxy/ctxproxy/internal/binaries"
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
 	"github.com/ctxproxy/ctxproxy/internal/stack"
 )
@@ -36,6 +37,22 @@ const (
 // front of a fake whose model writes, poisons and recalls a memory, as the
 // first user message asks.
 func consoleProxy(t *testing.T) (addr string, fake *fakeapi.API) {
+	t.Helper()
+	s := startConsole(t)
+	return s.addr, s.fake
+}
+
+// consoleStack is consoleProxy's set-up: the proxy's address and process,
+// the fake and the policies folder.
+type consoleStack struct {
+	addr string
+	proc *binaries.Process
+	fake *fakeapi.API
+	pols string
+}
+
+// startConsole is consoleProxy, with more flags for the binary.
+func startConsole(t *testing.T, flags ...string) consoleStack {
 	t.Helper()
 	// Prices are the built-in table.
 	pols, _, err := stack.Layout(t.TempDir(), map[string]string{
@@ -69,9 +86,9 @@ func consoleProxy(t *testing.T) (addr string, fake *fakeapi.API) {
 		return fakeapi.Reply{Content: []json.RawMessage{call}, StopReason: "tool_use", Usage: &fakeapi.Usage{InputTokens: 1000, OutputTokens: 50}}
 	})
 	dir := t.TempDir()
-	p := startProxy(t, "--upstream", upURL, "--policies", pols, "--memory-dir", filepath.Join(dir, "mem"),
-		"--ledger", "file:"+filepath.Join(dir, "ledger.jsonl"), "--admin-token", consoleAdmin)
-	return p.Addr, fake
+	p := startProxy(t, append([]string{"--upstream", upURL, "--policies", pols, "--memory-dir", filepath.Join(dir, "mem"),
+		"--ledger", "file:" + filepath.Join(dir, "ledger.jsonl"), "--admin-token", consoleAdmin}, flags...)...)
+	return consoleStack{addr: p.Addr, proc: p, fake: fake, pols: pols}
 }
 
 // say sends one user message as acme's agent and waits for the reply.
