@@ -147,7 +147,10 @@ type compaction struct {
 
 // compact summarizes the conversation of p: the summary names how many
 // messages and tokens it stands for, so tests can see what was compacted.
-func compact(p *parsed, spec *compactSpec, inputTokens int64, signed bool) compaction {
+// in is the input side of the compaction iteration's usage (its cache
+// fields when the cache model is on).
+func compact(p *parsed, spec *compactSpec, in Usage, signed bool) compaction {
+	inputTokens := in.InputTokens + in.CacheReadInputTokens + in.CacheCreationInputTokens
 	summary := fmt.Sprintf("<summary>Summary of %d earlier messages (%d input tokens).", len(p.messages), inputTokens)
 	if spec.instructions != "" {
 		summary += " Instructions followed: " + spec.instructions
@@ -163,10 +166,10 @@ func compact(p *parsed, spec *compactSpec, inputTokens int64, signed bool) compa
 		b = append(b, `,"tool_changes":[]`...)
 	}
 	b = append(b, '}')
-	out := max(Tokens(len(summary)), 1)
+	in.OutputTokens = max(Tokens(len(summary)), 1)
 	return compaction{
 		block:     b,
-		iteration: appendIteration(nil, "compaction", "", Usage{InputTokens: inputTokens, OutputTokens: out}),
+		iteration: appendIteration(nil, "compaction", "", in),
 		tokens:    Tokens(len(b)),
 	}
 }
@@ -187,9 +190,15 @@ func appendIteration(b []byte, typ, model string, u Usage) []byte {
 	b = strconv.AppendInt(b, u.CacheCreationInputTokens, 10)
 	b = append(b, `,"cache_read_input_tokens":`...)
 	b = strconv.AppendInt(b, u.CacheReadInputTokens, 10)
+	five, hour := u.CacheCreationInputTokens, int64(0)
+	if c := u.CacheCreation; c != nil {
+		five, hour = c.Ephemeral5m, c.Ephemeral1h
+	}
 	b = append(b, `,"cache_creation":{"ephemeral_5m_input_tokens":`...)
-	b = strconv.AppendInt(b, u.CacheCreationInputTokens, 10)
-	return append(b, `,"ephemeral_1h_input_tokens":0}}`...)
+	b = strconv.AppendInt(b, five, 10)
+	b = append(b, `,"ephemeral_1h_input_tokens":`...)
+	b = strconv.AppendInt(b, hour, 10)
+	return append(b, "}}"...)
 }
 
 // lastTurnTokens is the estimate of the conversation's last message.

@@ -212,6 +212,10 @@ func (a *API) serveControl(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 		opts := o.Options
+		if err := opts.CacheOptions.Check(); err != nil {
+			bad("options: " + err.Error())
+			return
+		}
 		opts.EventDelay = fromMS(o.EventDelayMS)
 		if opts.Faults != nil {
 			opts.Faults.MaxDelay = fromMS(o.FaultMaxDelayMS)
@@ -219,8 +223,12 @@ func (a *API) serveControl(w http.ResponseWriter, req *http.Request) {
 		a.SetOptions(opts)
 		writeJSON(w, 200, optionsToJSON(a.CurrentOptions()))
 	default:
+		if a.serveCacheControl(w, req) {
+			return
+		}
 		writeError(w, 404, &APIError{Type: "not_found_error", Message: "unknown control endpoint " + route +
-			"; have GET /_fake/health, POST /_fake/reset, POST /_fake/script, GET /_fake/requests, GET|POST /_fake/options"}, "")
+			"; have GET /_fake/health, POST /_fake/reset, POST /_fake/script, GET /_fake/requests, GET|POST /_fake/options" +
+			", GET|POST /_fake/clock, GET /_fake/cache, POST /_fake/cache/reset"}, "")
 	}
 }
 

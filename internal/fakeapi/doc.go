@@ -118,6 +118,71 @@
 // request had no context_management); usage.input_tokens is the estimate
 // after the edits.
 //
+// # Prompt cache and cache diagnostics (shared/spec/prompt-cache.md)
+//
+// Off by default (Options.Cache, "cache" in /_fake/options): replies keep
+// the numbers and shape they always had. cache_control (top-level and on
+// blocks) and diagnostics are validated either way: shape {"type":
+// "ephemeral","ttl"?:"5m"|"1h"}, none on thinking, redacted_thinking or
+// empty text blocks, at most 4 (nested ones and the automatic one
+// counted), no 1h after a 5m in the order tools, system, messages, the
+// automatic one not clashing with a marker of another TTL on its block;
+// diagnostics {"previous_message_id": string|null}; count_tokens refuses
+// diagnostics.
+//
+// With "cache":"on" every POST /v1/messages is looked up after its edits
+// are applied, on the prompt the model sees (blocks before the last
+// compaction block dropped; earlier thinking stripped on models that keep
+// only the last turn's; hidden clear_at system messages left out). The
+// prompt is flattened into positions, tools → system → messages (a run of
+// tool_use or tool_result blocks is one), each keyed by a hash chained from
+// (credential, model): one organization never reads another's entries.
+// Parameters mix in between the levels (speed, server tools and citations
+// before system; tool_choice, thinking, effort, images before messages).
+// Each breakpoint (explicit, or the top-level one on the last cacheable
+// block) searches back Lookback (20) positions for a live entry; the
+// highest hit A is read; every breakpoint after A whose prefix reaches the
+// model's minimum (512-4096 by model, the spec's table) writes an entry of
+// its TTL. usage: cache_read_input_tokens = T(A), cache_creation split into
+// ephemeral_1h (to the last 1h breakpoint) and ephemeral_5m (to the last
+// breakpoint), input_tokens after the last breakpoint; their sum is always
+// count_tokens' input_tokens, the one estimate (cache_control bytes count
+// after the last breakpoint, so a moved marker changes no prefix). A read
+// refreshes the entries along the prefix. Streamed, message_start carries
+// this usage (with cache_creation) and diagnostics; message_delta repeats
+// the three counts without cache_creation. With compact_20260112 each
+// usage.iterations entry has its own cache fields (the compaction
+// iteration on the prompt before, the message iteration after it).
+//
+// Diagnostics: a request with a diagnostics object leaves a fingerprint
+// under its reply's id (per credential, FingerprintTTL 1h); with
+// previous_message_id the reply says the earliest divergence from that
+// request: null, or {"cache_miss_reason":{"type":model_changed|
+// tools_changed|system_changed|messages_changed,
+// "cache_missed_input_tokens":N}} or {"type":unavailable} (another
+// prompt-affecting parameter: tool_choice, thinking, context_management,
+// output_config, output_format, betas) or previous_message_not_found. A
+// request without diagnostics gets "diagnostics": null.
+//
+// Time is the fake's own clock: a fixed instant that moves only with
+// AdvanceClock or POST /_fake/clock (WithClock sets its base, e.g.
+// time.Now). CacheEntries and GET /_fake/cache list the live entries
+// (credential, model, breakpoint path, tokens, TTL, expiry); Reset and
+// POST /_fake/cache/reset empty the cache and the fingerprints.
+//
+// Switches for what the spec leaves unverified (CacheOptions, same names in
+// JSON; every zero value is the default): lookback 20,
+// tool_runs_one_position on, min_tokens {model prefix: N} /
+// min_tokens_default 1024, auto_in_ttl_order on, refresh_scope chain|hit,
+// refresh_ttl entry|breakpoint, ttl_in_key off, speed_level system|none,
+// thinking_level messages|tools, context_management_in_key off,
+// betas_in_key none|fast_mode|all, strip_prior_thinking by_model|never,
+// clear_at_hides on, diagnostics_view request|prompt (prompt: a
+// server-side clearing shows as messages_changed), diagnostics_pending
+// never|always|streams (the pending {"cache_miss_reason":null}),
+// fingerprint_ttl "1h", diagnostics_horizon 0 (off), diagnostics_absent
+// null|omit, count_tokens_diagnostics reject|ignore.
+//
 // # Scripting
 //
 // Replies come from the Enqueue FIFO, else the SetResponder function, else
@@ -143,8 +208,13 @@
 //	     {"text_chunks":3,"ping_every":0,"compress":false,"deny_betas":[],
 //	      "record_limit":0,"no_auth_check":false,"event_delay_ms":0,
 //	      "threads_refuse":["context_management"],"compaction_block_needs_edit":false,
-//	      "faults":{"rate":0.1,"seed":1,"kinds":["429","cut"]},"fault_max_delay_ms":200}
+//	      "faults":{"rate":0.1,"seed":1,"kinds":["429","cut"]},"fault_max_delay_ms":200,
+//	      "cache":"on","lookback":20,"min_tokens":{"claude-test":1},"diagnostics_pending":"never",...}
+//	     (a cache switch set to a value it does not take is refused, 400)
 //	GET  /_fake/health   → {"ok":true,"pending":N}
+//	GET  /_fake/clock, POST /_fake/clock {"advance":"6m"} or {"advance_ms":360000} → {"now":T}
+//	GET  /_fake/cache    → {"now":T,"entries":[{"credential","model","path","tokens","ttl","written","expires_at"}...],"fingerprints":N}
+//	POST /_fake/cache/reset → {"ok":true}
 //
 // A Reply in JSON (every field optional):
 //

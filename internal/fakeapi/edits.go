@@ -23,6 +23,18 @@ func Tokens(n int) int64 { return int64(n+3) / 4 }
 type editResult struct {
 	before, after int64 // input tokens
 	applied       []json.RawMessage
+	// What was cleared, for the prompt cache's rendering of the prompt:
+	// tool uses by tool_use id, and the assistant turns (indexes into
+	// parsed.turns) whose thinking was dropped.
+	clearedUses   []clearedUse
+	thinkingTurns []int
+}
+
+// clearedUse is one tool use clear_tool_uses cleared: its result, and its
+// input too when input is set.
+type clearedUse struct {
+	id    string
+	input bool
 }
 
 // applyEdits runs clear_thinking and clear_tool_uses over the conversation
@@ -35,12 +47,14 @@ func applyEdits(p *parsed) editResult {
 	total := len(p.system) + len(p.tools)
 	turns := p.turns
 	msgs := p.messages
+	offset := 0
 	if at := lastCompaction(p.turns); at.turn >= 0 {
 		// The API ignores every block before the last compaction block.
 		for _, b := range turns[at.turn].blocks[at.block:] {
 			total += b.size
 		}
 		turns, msgs = turns[at.turn+1:], msgs[at.turn+1:]
+		offset = at.turn + 1
 	}
 	for _, m := range msgs {
 		total += len(m)
@@ -53,16 +67,20 @@ func applyEdits(p *parsed) editResult {
 	for _, ed := range p.edits {
 		switch ed.typ {
 		case editClearThinking:
-			n, bytes := clearThinking(turns, ed.keep)
-			if n > 0 {
+			cleared, bytes := clearThinking(turns, ed.keep)
+			if n := len(cleared); n > 0 {
 				freed += bytes
 				res.applied = append(res.applied, AppliedEdit(ed.typ, int64(n), Tokens(bytes)))
+				for _, i := range cleared {
+					res.thinkingTurns = append(res.thinkingTurns, offset+i)
+				}
 			}
 		case editClearToolUses:
 			uses, bytes := clearToolUses(turns, ed, Tokens(total-freed))
-			if uses > 0 {
+			if n := len(uses); n > 0 {
 				freed += bytes
-				res.applied = append(res.applied, AppliedEdit(ed.typ, int64(uses), Tokens(bytes)))
+				res.applied = append(res.applied, AppliedEdit(ed.typ, int64(n), Tokens(bytes)))
+				res.clearedUses = append(res.clearedUses, uses...)
 			}
 		}
 	}
@@ -71,10 +89,11 @@ func applyEdits(p *parsed) editResult {
 }
 
 // clearThinking drops thinking blocks of all but the last keep assistant
-// turns (keep < 0: all kept). It returns the turns cleared and bytes freed.
-func clearThinking(turns []turnFacts, keep int64) (int, int) {
+// turns (keep < 0: all kept). It returns the turns cleared (indexes into
+// turns) and bytes freed.
+func clearThinking(turns []turnFacts, keep int64) ([]int, int) {
 	if keep < 0 {
-		return 0, 0
+		return nil, 0
 	}
 	var assistants []int
 	for i, t := range turns {
@@ -83,7 +102,8 @@ func clearThinking(turns []turnFacts, keep int64) (int, int) {
 		}
 	}
 	clearable := len(assistants) - int(keep)
-	cleared, bytes := 0, 0
+	var cleared []int
+	bytes := 0
 	for _, i := range assistants[:max(clearable, 0)] {
 		n := 0
 		for _, b := range turns[i].blocks {
@@ -92,7 +112,7 @@ func clearThinking(turns []turnFacts, keep int64) (int, int) {
 			}
 		}
 		if n > 0 {
-			cleared++
+			cleared = append(cleared, i)
 			bytes += n
 		}
 	}
@@ -100,6 +120,7 @@ func clearThinking(turns []turnFacts, keep int64) (int, int) {
 }
 
 type toolUse struct {
+	id         string
 	name       string
 	inputLen   int
 	resultLen  int
@@ -135,7 +156,7 @@ func resultFor(blocks []blockFacts, id string) string {
 
 // clearToolUses applies one clear_tool_uses edit given the prompt's current
 // token estimate; it returns the uses cleared and bytes freed.
-func clearToolUses(turns []turnFacts, ed edit, current int64) (int, int) {
+func clearToolUses(turns []turnFacts, ed edit, current int64) ([]clearedUse, int) {
 	var uses []toolUse
 	for i, t := range turns {
 		if t.role != "assistant" || i+1 >= len(turns) {
@@ -147,6 +168,7 @@ func clearToolUses(turns []turnFacts, ed edit, current int64) (int, int) {
 			}
 			r := resultFor(turns[i+1].blocks, str(b.id))
 			uses = append(uses, toolUse{
+				id:         str(b.id),
 				name:       str(b.name),
 				inputLen:   len(b.input),
 				inputEmpty: b.input == "{}",
@@ -158,11 +180,11 @@ func clearToolUses(turns []turnFacts, ed edit, current int64) (int, int) {
 	switch ed.triggerType {
 	case "tool_uses":
 		if int64(len(uses)) <= ed.triggerValue {
-			return 0, 0
+			return nil, 0
 		}
 	default:
 		if current <= ed.triggerValue {
-			return 0, 0
+			return nil, 0
 		}
 	}
 	var candidates []toolUse
@@ -172,19 +194,22 @@ func clearToolUses(turns []turnFacts, ed edit, current int64) (int, int) {
 		}
 	}
 	n := len(candidates) - int(ed.keep)
-	count, bytes := 0, 0
+	var cleared []clearedUse
+	bytes := 0
 	for _, u := range candidates[:max(n, 0)] {
 		if u.cleared {
 			continue
 		}
-		count++
+		c := clearedUse{id: u.id}
 		bytes += max(u.resultLen-placeholderLen, 0)
 		if (ed.inputsAll || slices.Contains(ed.inputsFor, u.name)) && !u.inputEmpty {
 			bytes += max(u.inputLen-2, 0)
+			c.input = true
 		}
+		cleared = append(cleared, c)
 	}
-	if count == 0 || Tokens(bytes) < ed.clearAtLeast {
-		return 0, 0
+	if len(cleared) == 0 || Tokens(bytes) < ed.clearAtLeast {
+		return nil, 0
 	}
-	return count, bytes
+	return cleared, bytes
 }

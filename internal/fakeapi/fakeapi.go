@@ -66,6 +66,9 @@ type Options struct {
 	// in a request without the compact_20260112 edit, as one third party
 	// reports the API does (unverified, shared/spec/compaction.md §1.3).
 	CompactionBlockNeedsEdit bool `json:"compaction_block_needs_edit"`
+	// CacheOptions model the prompt cache and cache diagnostics; off by
+	// default (cache.go).
+	CacheOptions
 }
 
 // Option configures New.
@@ -171,6 +174,7 @@ type API struct {
 	faults    *faultState
 
 	threads threadStore
+	cache   cacheStore
 }
 
 // New makes a fake API.
@@ -182,6 +186,7 @@ func New(opts ...Option) *API {
 		o(a)
 	}
 	a.threads.init(10000)
+	a.cache.init()
 	a.setFaults(a.opts.Faults)
 	return a
 }
@@ -248,8 +253,8 @@ func (a *API) LastRequest(path string) (Request, bool) {
 	return Request{}, false
 }
 
-// Reset forgets queued replies, the responder, recorded requests and threads.
-// Options stay.
+// Reset forgets queued replies, the responder, recorded requests, threads,
+// cache entries and diagnostics fingerprints. Options and the clock stay.
 func (a *API) Reset() {
 	a.mu.Lock()
 	a.queue = nil
@@ -257,6 +262,7 @@ func (a *API) Reset() {
 	a.reqs = nil
 	a.mu.Unlock()
 	a.threads.reset()
+	a.cache.reset()
 }
 
 func (a *API) recordLimit() int {

@@ -94,7 +94,8 @@ func largeTranscript(t transcript) []byte {
 // BenchmarkLargeTranscript is the fake's cost per 1 MB, 200-turn tool
 // transcript (the bench harness's large load), with the default reply: plain
 // is the body as the client sends it (row 1), with_edits as ctxproxy's
-// enforce policy rewrites it (row 1r).
+// enforce policy rewrites it (row 1r); /cache with the prompt cache model on
+// and a top-level cache_control (each call reads the previous call's write).
 func BenchmarkLargeTranscript(b *testing.B) {
 	for _, c := range []struct {
 		name string
@@ -106,10 +107,16 @@ func BenchmarkLargeTranscript(b *testing.B) {
 		{"plain/stream", transcript{size: 1 << 20, turns: 200, stream: true}},
 		{"with_edits/chunked", transcript{size: 1 << 20, turns: 200, edits: benchEdits}},
 		{"with_edits/stream", transcript{size: 1 << 20, turns: 200, stream: true, edits: benchEdits}},
+		{"with_edits/cache", transcript{size: 1 << 20, turns: 200, edits: benchEdits}},
 	} {
 		body := largeTranscript(c.t)
+		opts := Options{RecordLimit: 100}
+		if strings.HasSuffix(c.name, "/cache") {
+			opts.Cache = On
+			body = append([]byte(`{"cache_control":{"type":"ephemeral"},`), body[1:]...)
+		}
 		b.Run(c.name, func(b *testing.B) {
-			api := New(WithRecordLimit(100))
+			api := New(WithOptions(opts))
 			w := &discard{h: http.Header{}}
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()

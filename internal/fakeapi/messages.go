@@ -116,10 +116,13 @@ type message struct {
 	iterations               []byte // usage.iterations array; nil when not reported
 	rawUsage                 []byte // Reply.RawUsage: the usage object as scripted
 	cm                       []byte // context_management value: null or {...}
+
+	cache *cacheCall // the prompt cache's part (nil: the cache model is off)
+	diag  []byte     // the diagnostics value; nil: no field
 }
 
-func (a *API) buildMessage(p *parsed, rep *Reply) message {
-	m := message{id: rep.ID, model: rep.Model, stop: rep.StopReason, stopSeq: rep.StopSequence}
+func (a *API) buildMessage(p *parsed, rep *Reply, cc *cacheCall) message {
+	m := message{id: rep.ID, model: rep.Model, stop: rep.StopReason, stopSeq: rep.StopSequence, cache: cc}
 	if m.id == "" {
 		m.id = a.newID("msg_fake_")
 	}
@@ -156,6 +159,12 @@ func (a *API) buildMessage(p *parsed, rep *Reply) message {
 		m.usage = *rep.Usage
 	} else {
 		m.usage = Usage{InputTokens: res.after, OutputTokens: max(Tokens(outBytes), 1)}
+		if cc != nil {
+			m.usage = cc.usage.withOutput(m.usage.OutputTokens)
+		}
+	}
+	if cc != nil {
+		m.diag = cc.diag
 	}
 	m.applyCompaction(p, rep, res.after)
 	if len(rep.RawUsage) > 0 {
@@ -198,16 +207,25 @@ func (m *message) applyCompaction(p *parsed, rep *Reply, inputTokens int64) {
 		m.iterations = append(m.iterations, ']')
 		return
 	}
-	c := compact(p, spec, inputTokens, signed)
+	in := Usage{InputTokens: inputTokens}
+	if m.cache != nil && rep.Usage == nil {
+		in = m.cache.usage
+	}
+	c := compact(p, spec, in, signed)
 	m.iterations = append(append([]byte{'['}, c.iteration...), ']')
 	if signed || spec.pause {
 		m.blocks = []json.RawMessage{c.block}
 		m.stop = "compaction"
 		m.usage = Usage{}
+		if m.cache != nil {
+			m.usage.CacheCreation = &CacheCreation{}
+		}
 		return
 	}
 	m.blocks = append([]json.RawMessage{c.block}, m.blocks...)
-	if rep.Usage == nil {
+	if rep.Usage == nil && m.cache != nil {
+		m.usage = m.cache.afterCompaction(c.block).withOutput(m.usage.OutputTokens)
+	} else if rep.Usage == nil {
 		// What the model read after the compaction: system, tools, the summary
 		// and the latest turn.
 		m.usage.InputTokens = Tokens(len(p.system)+len(p.tools)) + c.tokens + lastTurnTokens(p)
@@ -248,6 +266,13 @@ func appendUsage(b []byte, u Usage, outputTokens int64) []byte {
 	b = strconv.AppendInt(b, u.CacheCreationInputTokens, 10)
 	b = append(b, `,"cache_read_input_tokens":`...)
 	b = strconv.AppendInt(b, u.CacheReadInputTokens, 10)
+	if c := u.CacheCreation; c != nil {
+		b = append(b, `,"cache_creation":{"ephemeral_5m_input_tokens":`...)
+		b = strconv.AppendInt(b, c.Ephemeral5m, 10)
+		b = append(b, `,"ephemeral_1h_input_tokens":`...)
+		b = strconv.AppendInt(b, c.Ephemeral1h, 10)
+		b = append(b, '}')
+	}
 	b = append(b, `,"output_tokens":`...)
 	b = strconv.AppendInt(b, outputTokens, 10)
 	return append(b, '}')
@@ -270,7 +295,7 @@ func (m *message) appendHead(b []byte) []byte {
 
 // body is the non-streaming JSON message.
 func (m *message) body() []byte {
-	n := 256 + len(m.cm)
+	n := 256 + len(m.cm) + len(m.diag)
 	for _, b := range m.blocks {
 		n += len(b) + 1
 	}
@@ -290,6 +315,7 @@ func (m *message) body() []byte {
 	b = m.appendUsage(b, true)
 	b = append(b, `,"context_management":`...)
 	b = append(b, m.cm...)
+	b = m.appendDiagnostics(b)
 	return append(b, '}')
 }
 
@@ -308,6 +334,10 @@ func (m *message) assistantTurn() json.RawMessage {
 // serveReply answers a validated request with rep and returns the outcome.
 func (a *API) serveReply(w http.ResponseWriter, req *http.Request, r *Request, p *parsed, rep *Reply, opts *Options, reqID string) string {
 	ctx := req.Context()
+	var t0 time.Time // the prompt cache's clock at the request's start
+	if opts.CacheOptions.on() {
+		t0 = a.Now()
+	}
 	if !sleep(ctx, rep.Delay) {
 		a.releaseThread(p, false)
 		a.finish(r, 0, "", nil)
@@ -335,7 +365,12 @@ func (a *API) serveReply(w http.ResponseWriter, req *http.Request, r *Request, p
 		a.writeBody(w, req, rep.Encoding, st, errorBody(e, reqID))
 		return OutcomeError
 	}
-	m := a.buildMessage(p, rep)
+	var cc *cacheCall
+	if opts.CacheOptions.on() {
+		cc = a.runCache(r, p, &opts.CacheOptions, t0, p.stream)
+	}
+	m := a.buildMessage(p, rep, cc)
+	cc.stored(m.id)
 	if p.thread != "" {
 		// Stored before the first byte goes out, so a client can continue at once.
 		a.storeThread(p, m.id, m.assistantTurn())
@@ -535,7 +570,8 @@ func (s *sse) run(m *message, chunks int) {
 	d := m.appendHead(append(s.data[:0], `{"type":"message_start","message":`...))
 	d = append(d, `,"content":[],"stop_reason":null,"stop_sequence":null,"usage":`...)
 	d = m.appendUsage(d, false)
-	d = append(d, `,"context_management":null}}`...)
+	d = append(d, `,"context_management":null`...)
+	d = append(m.appendDiagnostics(d), "}}"...)
 	s.data = d
 	if !s.event("message_start", d) || !s.event("ping", pingData) {
 		return
@@ -550,7 +586,7 @@ func (s *sse) run(m *message, chunks int) {
 	d = append(d, `,"stop_sequence":`...)
 	d = appendStopSeq(d, m.stopSeq)
 	d = append(d, `},"usage":`...)
-	d = m.appendUsage(d, true)
+	d = m.appendDeltaUsage(d)
 	d = append(d, `,"context_management":`...)
 	d = append(d, m.cm...)
 	s.data = append(d, '}')

@@ -80,6 +80,9 @@ type Usage struct {
 	OutputTokens             int64 `json:"output_tokens"`
 	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
 	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	// CacheCreation splits the writes by TTL; sent when not nil (always with
+	// the cache model on), never in message_delta.
+	CacheCreation *CacheCreation `json:"cache_creation,omitempty"`
 }
 
 // errorTypes maps a status to its error.type (spec §7).

@@ -152,9 +152,10 @@ type blockFacts struct {
 	object bool
 	size   int    // bytes of the block's JSON
 	typ    string // the Str of type
+	raw    string // the block's JSON as sent
 
 	// Raw values of these members.
-	id, name, input, signature, thinking, data, toolUseID, content, text string
+	id, name, input, signature, thinking, data, toolUseID, content, text, cacheControl string
 }
 
 // turnFacts is one message of the conversation as the checks and the edits
@@ -214,6 +215,7 @@ func scanBlock(s string, i int) (blockFacts, int) {
 	if s[i] != '{' {
 		end := skipValue(s, i)
 		b.size = end - i
+		b.raw = s[i:end]
 		return b, end
 	}
 	b.object = true
@@ -242,6 +244,8 @@ func scanBlock(s string, i int) (blockFacts, int) {
 			field = &b.content
 		case "text":
 			field = &b.text
+		case "cache_control":
+			field = &b.cacheControl
 		default:
 			return end
 		}
@@ -252,5 +256,6 @@ func scanBlock(s string, i int) (blockFacts, int) {
 	})
 	b.typ = str(typ)
 	b.size = end - i
+	b.raw = s[i:end]
 	return b, end
 }

@@ -76,6 +76,8 @@ type parsed struct {
 	onDemand  *compactSpec // the top-level compaction (on-demand form)
 	// blockNeedsEdit is Options.CompactionBlockNeedsEdit.
 	blockNeedsEdit bool
+	// cache is what the prompt cache and cache diagnostics read (cache.go).
+	cache cacheFields
 }
 
 func parseBetas(h http.Header) []string {
@@ -119,6 +121,8 @@ func isInt(r gjson.Result) (int64, bool) {
 // the first of each name winning as in gjson's Map and Get; "" when missing.
 type topLevel struct {
 	model, maxTokens, stream, thinking, system, tools, cm, messages, thread, compaction string
+	// Read for the prompt cache and cache diagnostics (cache.go).
+	cacheControl, diagnostics, toolChoice, speed, outputConfig, outputFormat string
 
 	systemRaw, toolsRaw json.RawMessage   // system and tools as slices of the body
 	msgs                []json.RawMessage // the elements of messages when it is an array
@@ -149,6 +153,18 @@ func readTopLevel(body []byte, s string, i int) topLevel {
 			field = &f.thread
 		case "compaction":
 			field = &f.compaction
+		case "cache_control":
+			field = &f.cacheControl
+		case "diagnostics":
+			field = &f.diagnostics
+		case "tool_choice":
+			field = &f.toolChoice
+		case "speed":
+			field = &f.speed
+		case "output_config":
+			field = &f.outputConfig
+		case "output_format":
+			field = &f.outputFormat
 		case "messages":
 			if f.messages != "" {
 				return skipValue(s, v)
@@ -302,6 +318,9 @@ func (a *API) parseRequest(body []byte, h http.Header, countTokens bool, opts *O
 	p.blockNeedsEdit = opts.CompactionBlockNeedsEdit
 	n, e := p.checkConversation()
 	p.assistant = n
+	if e == nil {
+		e = p.checkCache(&f, countTokens, &opts.CacheOptions)
+	}
 	return p, e
 }
 
