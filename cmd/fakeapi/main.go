@@ -3,6 +3,7 @@
 // /_fake/ control endpoints (see the fakeapi package doc).
 //
 //	fakeapi --listen 127.0.0.1:8090 [--script replies.json] [--compress] [--fault-rate 0.1 --fault-seed 1]
+//	        [--cache on [--cache-clock wall]]
 package main
 
 import (
@@ -45,6 +46,8 @@ func run(args []string) error {
 	faultKinds := fs.String("fault-kinds", "", "comma-separated fault kinds (default all: "+strings.Join(fakeapi.AllFaults, ",")+")")
 	noAuth := fs.Bool("no-auth-check", false, "accept requests without API key and anthropic-version")
 	grace := fs.Duration("shutdown-grace", 10*time.Second, "how long open requests may finish on SIGINT/SIGTERM")
+	cache := fs.String("cache", "off", "model the prompt cache and cache diagnostics: on or off (its other switches: POST /_fake/options)")
+	cacheClock := fs.String("cache-clock", "manual", "the cache's clock: manual (moves only with POST /_fake/clock) or wall")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -54,7 +57,12 @@ func run(args []string) error {
 	}
 	defer func() { _ = log.Sync() }()
 
-	opts := fakeapi.Options{TextChunks: *textChunks, Compress: *compress, EventDelay: *eventDelay, NoAuthCheck: *noAuth}
+	cacheOpts, clock, err := cacheFlags(*cache, *cacheClock)
+	if err != nil {
+		return err
+	}
+	opts := fakeapi.Options{TextChunks: *textChunks, Compress: *compress, EventDelay: *eventDelay, NoAuthCheck: *noAuth,
+		CacheOptions: cacheOpts}
 	if *faultRate > 0 {
 		f := fakeapi.Faults{Rate: *faultRate, Seed: *faultSeed}
 		if *faultKinds != "" {
@@ -62,7 +70,7 @@ func run(args []string) error {
 		}
 		opts.Faults = &f
 	}
-	api := fakeapi.New(fakeapi.WithOptions(opts), fakeapi.WithLogger(log))
+	api := fakeapi.New(append(clock, fakeapi.WithOptions(opts), fakeapi.WithLogger(log))...)
 	if *script != "" {
 		if err := loadScript(api, *script); err != nil {
 			return err
@@ -92,6 +100,26 @@ func run(args []string) error {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
+}
+
+// cacheFlags reads --cache and --cache-clock.
+func cacheFlags(cache, clock string) (fakeapi.CacheOptions, []fakeapi.Option, error) {
+	var o fakeapi.CacheOptions
+	switch cache {
+	case "on":
+		o.Cache = fakeapi.On
+	case "off":
+		o.Cache = fakeapi.Off
+	default:
+		return o, nil, fmt.Errorf("--cache %q: want on or off", cache)
+	}
+	switch clock {
+	case "manual":
+		return o, nil, nil
+	case "wall":
+		return o, []fakeapi.Option{fakeapi.WithClock(time.Now)}, nil
+	}
+	return o, nil, fmt.Errorf("--cache-clock %q: want manual or wall", clock)
 }
 
 func loadScript(api *fakeapi.API, path string) error {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
 )
@@ -44,5 +45,41 @@ func TestLoadScriptNamesTheFileOnBadJSON(t *testing.T) {
 func TestABadFlagIsAnError(t *testing.T) {
 	if err := run([]string{"--log-level", "loud"}); err == nil {
 		t.Fatal("no error for a bad log level")
+	}
+}
+
+func TestCacheFlags(t *testing.T) {
+	cases := []struct {
+		name, cache, clock string
+		on, wall, bad      bool
+	}{
+		{name: "off by default", cache: "off", clock: "manual"},
+		{name: "on with the manual clock", cache: "on", clock: "manual", on: true},
+		{name: "on with the wall clock", cache: "on", clock: "wall", on: true, wall: true},
+		{name: "a bad cache value", cache: "yes", clock: "manual", bad: true},
+		{name: "a bad clock", cache: "on", clock: "sundial", bad: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o, clock, err := cacheFlags(c.cache, c.clock)
+			if (err != nil) != c.bad {
+				t.Fatalf("err %v", err)
+			}
+			if c.bad {
+				return
+			}
+			if (o.Cache == fakeapi.On) != c.on || (len(clock) == 1) != c.wall {
+				t.Errorf("options %+v, clock options %d", o, len(clock))
+			}
+			api := fakeapi.New(clock...)
+			now := api.Now()
+			nearWall := time.Since(now).Abs() < time.Hour
+			if c.wall != nearWall || (!c.wall && !api.Now().Equal(now)) {
+				t.Errorf("clock at %v (wall %v)", now, c.wall)
+			}
+		})
+	}
+	if err := run([]string{"--cache", "maybe"}); err == nil {
+		t.Error("no error for --cache maybe")
 	}
 }
