@@ -39,7 +39,11 @@ func badRequest(format string, args ...any) *RequestError {
 	return &RequestError{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: fmt.Sprintf(format, args...)}
 }
 
-// RewriteInfo says what Rewrite found and did.
+// RewriteInfo says what Rewrite found and did. Its strings never point into
+// the body: the body is read through a view, and is often a pooled buffer
+// another request reuses once this one is over (or rewritten in place),
+// while the model, the user and the edit types live on in the ledger,
+// spans, logs and spend counters. Each is copied when it is kept.
 type RewriteInfo struct {
 	Edits          []string // edit types now in the body's context_management, in order
 	EditsWritten   bool     // context_management was written or removed by the policy
@@ -56,6 +60,20 @@ type RewriteInfo struct {
 	MaxTokens      int64    // the top-level max_tokens, when a number (else 0)
 	MetadataUserID string   // metadata.user_id, when a string
 	NeedsBeta      bool     // the outgoing body has context_management or the memory tool
+}
+
+// ownedEditType is an edit type copied out of the body, or the constant
+// when it is one the policy writes (no copy on the common path).
+func ownedEditType(t string) string {
+	switch t {
+	case EditClearThinking:
+		return EditClearThinking
+	case EditClearToolUses:
+		return EditClearToolUses
+	case EditCompact:
+		return EditCompact
+	}
+	return strings.Clone(t)
 }
 
 // memoryToolJSON is the memory tool definition ctxproxy appends.
@@ -199,7 +217,7 @@ members:
 			// Read here, in the pass that validates the body, so the proxy needs no
 			// pass of its own (a missing key costs gjson a walk of the whole body).
 			if v := s[tm.valStart:tm.valEnd]; len(v) > 1 && v[0] == '"' {
-				info.Model = gjson.Parse(v).Str
+				info.Model = strings.Clone(gjson.Parse(v).Str)
 			}
 			continue
 		case "stream":
@@ -212,7 +230,7 @@ members:
 			continue
 		case "metadata":
 			if v := s[tm.valStart:tm.valEnd]; len(v) > 0 && v[0] == '{' {
-				info.MetadataUserID = gjson.Get(v, "user_id").Str
+				info.MetadataUserID = strings.Clone(gjson.Get(v, "user_id").Str)
 			}
 			continue
 		default:
@@ -448,7 +466,7 @@ func (p *Policy) rewriteEdits(s string, cm member, thinking, compact bool) (edit
 				err = badRequest("context_management.edits[%d].type must be a string", i)
 				return false
 			}
-			client = append(client, clientEdit{typ: t.Str, raw: e.Raw})
+			client = append(client, clientEdit{typ: ownedEditType(t.Str), raw: e.Raw})
 			i++
 			return true
 		})
@@ -641,7 +659,7 @@ func editTypes(cm member) []string {
 	var out []string
 	cm.val.Get("edits").ForEach(func(_, e gjson.Result) bool {
 		if e.IsObject() {
-			out = append(out, e.Get("type").String())
+			out = append(out, ownedEditType(e.Get("type").String()))
 		}
 		return true
 	})
