@@ -25,6 +25,33 @@ const (
 
 var bodyPools [bodyClasses]sync.Pool
 
+// A string read from a body through a view (policy.Rewrite's gjson reads)
+// points into the buffer; one kept past the request (the ledger's model, a
+// span's attribute, a log field, a spend counter's key) would show another
+// request's bytes once the buffer is reused. What outlives the request is
+// copied. To make a miss plain at once rather than now and then under load,
+// PoisonPooledBuffers overwrites every buffer as it goes back to its pool:
+// anything still pointing into it reads poisonPattern.
+var poisonBuffers atomic.Bool
+
+// poisonPattern fills a released buffer; it is plain text, so a ledger line
+// or log field that shows it names the bug.
+const poisonPattern = "~POISONED: body buffer back in the pool~"
+
+// PoisonPooledBuffers turns the poisoning of released body buffers on or
+// off, for the whole process (the pools are): --debug-poison-buffers, and
+// this package's tests. It costs a write of each buffer it releases.
+func PoisonPooledBuffers(on bool) { poisonBuffers.Store(on) }
+
+// poison overwrites all of b's array with poisonPattern.
+func poison(b []byte) {
+	b = b[:cap(b)]
+	n := copy(b, poisonPattern)
+	for n < len(b) {
+		n += copy(b[n:], b[:n])
+	}
+}
+
 // bodyClass is the pool for a buffer of at least n bytes, or -1.
 func bodyClass(n int) int {
 	if n < minPooledBody {
@@ -69,6 +96,9 @@ func (l *bodyLease) release() {
 	}
 	b := l.buf[:0]
 	l.buf = nil
+	if poisonBuffers.Load() {
+		poison(b)
+	}
 	bodyPools[l.class].Put(&b)
 }
 
