@@ -29,6 +29,7 @@ type config struct {
 	DebugAddr           string
 	LimitsStore         string
 	RatelimitStore      string
+	DebugPoisonBuffers  bool
 }
 
 // flagSpec ties a flag to its env twin and default, so both stay in one table
@@ -57,11 +58,12 @@ var serveFlags = []flagSpec{
 	{"limits-store", "CTXPROXY_LIMITS_STORE", "", "spend counters: memory, or a postgres:// URL (default: --ledger when it is postgres://, else memory)"},
 	{"ratelimit-store", "CTXPROXY_RATELIMIT_STORE", "", "per-minute limits: memory, redis://, or postgres:// (default: the limits store)"},
 	{"debug-addr", "CTXPROXY_DEBUG_ADDR", "", "address of a separate pprof and /debug/stats listener; keep it on 127.0.0.1; unset: off"},
+	{"debug-poison-buffers", "CTXPROXY_DEBUG_POISON_BUFFERS", "false", "a debugging aid: overwrite each pooled request-body buffer as it is released, so a value still pointing into one (a ledger line's model, a log field) shows the poison at once; costs a write of every large body"},
 }
 
 // boolFlags are the serve flags that are booleans: given bare, shown as
 // booleans in --help.
-var boolFlags = map[string]bool{"require-known-tenant": true, "forward-while-reading": true}
+var boolFlags = map[string]bool{"require-known-tenant": true, "forward-while-reading": true, "debug-poison-buffers": true}
 
 // boolString is a boolean flag kept as its text (parsed with the others): it
 // tells package flag it is a boolean, so --help shows it as one and a bare
@@ -157,6 +159,11 @@ func parseConfig(name string, args []string, getenv func(string) string, specs [
 	if v := get("forward-while-reading"); v != "" {
 		if c.ForwardWhileReading, err = strconv.ParseBool(v); err != nil {
 			return nil, fs, fmt.Errorf("--forward-while-reading: %w", err)
+		}
+	}
+	if v := get("debug-poison-buffers"); v != "" {
+		if c.DebugPoisonBuffers, err = strconv.ParseBool(v); err != nil {
+			return nil, fs, fmt.Errorf("--debug-poison-buffers: %w", err)
 		}
 	}
 	for _, d := range []struct {

@@ -231,6 +231,10 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		}
 		defer stopDebug()
 	}
+	if cfg.DebugPoisonBuffers {
+		proxy.PoisonPooledBuffers(true)
+		lifecycle.Warn("request-body buffers are poisoned as they go back to their pool (--debug-poison-buffers): a debugging aid, it costs a write of every large body")
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
