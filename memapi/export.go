@@ -39,10 +39,16 @@ func (a *API) export(w http.ResponseWriter, c *call) {
 	}
 }
 
+// exportPage is how many versions an export reads at a time: never the
+// whole history's content at once.
+const exportPage = 100
+
 // WriteExport writes tenant's memories to w as JSONL, one memory line each
-// (current content), then, with history, every version newest first. The
-// operator API, the console and the CLI export through it. An error past
-// the first line leaves w with a stream cut short.
+// (current content), then, with history, every version newest first. A
+// memory whose content was never read (a file found over the tenant's
+// max_file_bytes) has no line. The operator API, the console and the CLI
+// export through it. An error past the first line leaves w with a stream
+// cut short.
 func WriteExport(ctx context.Context, w io.Writer, st memoryhook.Governed, tenant string, history bool) error {
 	ms, err := st.Memories(ctx, tenant)
 	if err != nil {
@@ -53,6 +59,9 @@ func WriteExport(ctx context.Context, w io.Writer, st memoryhook.Governed, tenan
 		v, err := st.Version(ctx, tenant, m.VersionID, true)
 		if err != nil {
 			return err
+		}
+		if !v.HasContent {
+			continue
 		}
 		line := exportLine{Type: "memory", ID: m.ID, Path: memoryhook.APIPath(m.Path), SHA256: m.SHA256,
 			CreatedAt: stamp(m.CreatedAt), UpdatedAt: stamp(m.UpdatedAt)}
@@ -68,16 +77,21 @@ func WriteExport(ctx context.Context, w io.Writer, st memoryhook.Governed, tenan
 	if !history {
 		return nil
 	}
-	vs, err := st.Versions(ctx, tenant, memoryhook.VersionQuery{Content: true})
-	if err != nil {
-		return err
-	}
-	for _, v := range vs {
-		if err := enc.Encode(versionObj(tenant, v, true)); err != nil {
+	for before := int64(0); ; {
+		vs, err := st.Versions(ctx, tenant, memoryhook.VersionQuery{Content: true, BeforeSeq: before, Limit: exportPage})
+		if err != nil {
 			return err
 		}
+		for _, v := range vs {
+			if err := enc.Encode(versionObj(tenant, v, true)); err != nil {
+				return err
+			}
+		}
+		if len(vs) < exportPage || vs[len(vs)-1].Seq <= 1 {
+			return nil
+		}
+		before = vs[len(vs)-1].Seq
 	}
-	return nil
 }
 
 // importStore writes the memory lines of an export (JSONL body): a path

@@ -168,16 +168,12 @@ func (a *API) listMemories(w http.ResponseWriter, c *call) {
 			data = append(data, map[string]string{"type": "memory_prefix", "path": it.key})
 			continue
 		}
-		var content []byte
-		if full {
-			v, err := a.cfg.Store.Version(c.r.Context(), p.Tenant, it.mem.VersionID, true)
-			if err != nil {
-				a.storeError(w, c, err, "memory")
-				return
-			}
-			content = v.Content
+		obj, err := a.memoryOut(c, p.Tenant, *it.mem, full)
+		if err != nil {
+			a.storeError(w, c, err, "memory")
+			return
 		}
-		data = append(data, memoryObj(p.Tenant, *it.mem, content, full))
+		data = append(data, obj)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"data": data, "next_page": next})
 }
@@ -252,25 +248,18 @@ func (a *API) createMemory(w http.ResponseWriter, c *call) {
 	writeJSON(w, http.StatusOK, memoryObj(p.Tenant, m, []byte(*body.Content), full))
 }
 
-// memory loads {mem} of tenant p; content when full.
-func (a *API) memory(w http.ResponseWriter, c *call, p *policy.Policy, full bool) (memoryhook.Memory, []byte, bool) {
-	id := c.r.PathValue("mem")
-	c.audit.MemoryID = id
-	m, err := a.cfg.Store.MemoryByID(c.r.Context(), p.Tenant, id)
+// memoryOut is m as the API shows it, with its content when full. A
+// memory whose head version holds no content (a file found over the
+// tenant's max_file_bytes, never read) shows content null.
+func (a *API) memoryOut(c *call, tenant string, m memoryhook.Memory, full bool) (memoryJSON, error) {
+	if !full {
+		return memoryObj(tenant, m, nil, false), nil
+	}
+	v, err := a.cfg.Store.Version(c.r.Context(), tenant, m.VersionID, true)
 	if err != nil {
-		a.storeError(w, c, err, "memory "+quoteID(id))
-		return m, nil, false
+		return memoryJSON{}, err
 	}
-	var content []byte
-	if full {
-		v, err := a.cfg.Store.Version(c.r.Context(), p.Tenant, m.VersionID, true)
-		if err != nil {
-			a.storeError(w, c, err, "memory "+quoteID(id))
-			return m, nil, false
-		}
-		content = v.Content
-	}
-	return m, content, true
+	return memoryObj(tenant, m, v.Content, v.HasContent), nil
 }
 
 func (a *API) getMemory(w http.ResponseWriter, c *call) {
@@ -282,8 +271,23 @@ func (a *API) getMemory(w http.ResponseWriter, c *call) {
 	if !ok {
 		return
 	}
-	if m, content, ok := a.memory(w, c, p, full); ok {
-		writeJSON(w, http.StatusOK, memoryObj(p.Tenant, m, content, full))
+	id := c.r.PathValue("mem")
+	c.audit.MemoryID = id
+	m, err := a.cfg.Store.MemoryByID(c.r.Context(), p.Tenant, id)
+	if err != nil {
+		a.storeError(w, c, err, "memory "+quoteID(id))
+		return
+	}
+	obj, err := a.memoryOut(c, p.Tenant, m, full)
+	switch {
+	case err != nil:
+		a.storeError(w, c, err, "memory "+quoteID(id))
+	case full && obj.Content == nil:
+		writeError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("memory %s (%s, %d bytes) was over the "+
+			"tenant's max_file_bytes when ctxproxy found it, so its content was never read; rename it, delete it, or "+
+			"shrink it on disk", quoteID(id), m.Path, m.Size))
+	default:
+		writeJSON(w, http.StatusOK, obj)
 	}
 }
 
@@ -334,16 +338,12 @@ func (a *API) updateMemory(w http.ResponseWriter, c *call) {
 
 // respondMemory answers with m, reading its content when full.
 func (a *API) respondMemory(w http.ResponseWriter, c *call, p *policy.Policy, m memoryhook.Memory, full bool) {
-	var content []byte
-	if full {
-		v, err := a.cfg.Store.Version(c.r.Context(), p.Tenant, m.VersionID, true)
-		if err != nil {
-			a.storeError(w, c, err, "memory")
-			return
-		}
-		content = v.Content
+	obj, err := a.memoryOut(c, p.Tenant, m, full)
+	if err != nil {
+		a.storeError(w, c, err, "memory")
+		return
 	}
-	writeJSON(w, http.StatusOK, memoryObj(p.Tenant, m, content, full))
+	writeJSON(w, http.StatusOK, obj)
 }
 
 func isSHA(s string) bool {

@@ -124,8 +124,10 @@ func newFileHistory(store *os.Root) (*fileHistory, error) {
 func logName(tenant string) string { return tenant + ".jsonl" }
 
 // load returns the tenant's log, reading, settling and reconciling it the
-// first time. Call with the tenant's write lock held; tr is its root.
-func (h *fileHistory) load(ctx context.Context, tr *os.Root, tenant string) (*tenantLog, error) {
+// first time. Call with the tenant's write lock held; tr is its root. A
+// file over lim's MaxFileBytes (the default when lim has none) is adopted
+// without being read.
+func (h *fileHistory) load(ctx context.Context, tr *os.Root, tenant string, lim Limits) (*tenantLog, error) {
 	h.mu.Lock()
 	l := h.logs[tenant]
 	h.mu.Unlock()
@@ -142,7 +144,7 @@ func (h *fileHistory) load(ctx context.Context, tr *os.Root, tenant string) (*te
 			return nil, err
 		}
 	}
-	if err := l.reconcile(ctx, tr); err != nil {
+	if err := l.reconcile(ctx, tr, lim.OrDefaults().MaxFileBytes); err != nil {
 		l.f.Close()
 		return nil, err
 	}
@@ -321,18 +323,27 @@ func exists(tr *os.Root, rel string) (bool, error) {
 	return err == nil, err
 }
 
+// gone reports an error of opening a file the tool wrote or a walk
+// listed that says no such file is there now: removed, or replaced by a
+// directory or a link (from outside the tool, which makes neither there).
+func gone(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrNotFile) || errors.Is(err, syscall.ELOOP)
+}
+
 // happened reports whether the files show rec's write.
 func happened(tr *os.Root, rec *logRec) (bool, error) {
 	switch rec.Op {
 	case "create", "update":
-		data, err := tr.ReadFile(rec.Path)
-		if errors.Is(err, fs.ErrNotExist) {
+		// Whatever is at the path now (a file planted meanwhile may be of
+		// any size) is compared by size, then hashed as it streams by.
+		sha, size, err := hashFile(tr, rec.Path, rec.V[0].Size)
+		if gone(err) {
 			return false, nil
 		}
 		if err != nil {
 			return false, err
 		}
-		return SHA256Hex(data) == rec.V[0].SHA, nil
+		return size == rec.V[0].Size && sha == rec.V[0].SHA, nil
 	case "rename":
 		to, err := exists(tr, rec.To)
 		if err != nil || !to {
@@ -362,12 +373,15 @@ func happened(tr *os.Root, rec *logRec) (bool, error) {
 // tmpName is writeAtomic's temporary file: never a memory.
 var tmpName = regexp.MustCompile(`^\.tmp-[0-9a-f]{16}$`)
 
-// reconcile adopts the files no version knows, and records files gone.
-func (l *tenantLog) reconcile(ctx context.Context, tr *os.Root) error {
+// adoptBatchBytes bounds the content one adopt record holds: adoption
+// writes as many records as it needs, never one the size of the tree.
+const adoptBatchBytes = 4 << 20
+
+// reconcile adopts the files no version knows, and records files gone. A
+// file over max bytes is adopted without its content (see adoption.file).
+func (l *tenantLog) reconcile(ctx context.Context, tr *os.Root, max int64) error {
 	seen := map[string]bool{}
-	sys := Actor{Type: ActorSystem}
-	now := time.Now().UTC()
-	rec := &logRec{T: "tx", Op: "adopt"}
+	b := &adoption{l: l, actor: Actor{Type: ActorSystem}, at: time.Now().UTC()}
 	top, err := tr.Lstat(".")
 	if err != nil {
 		return fmt.Errorf("memory history: adopt files: %w", err)
@@ -382,52 +396,124 @@ func (l *tenantLog) reconcile(ctx context.Context, tr *os.Root) error {
 		if !e.Info.Mode().IsRegular() || tmpName.MatchString(e.Name) || links(e.Info) > 1 {
 			return nil
 		}
-		name := e.Rel
-		seen[name] = true
-		data, err := e.Dir.ReadFile(e.Name)
-		if err != nil {
-			return err
-		}
-		sha := SHA256Hex(data)
-		m := l.live[name]
-		switch {
-		case m == nil:
-			rec.V = append(rec.V, l.newVer(NewMemoryID(), OpCreated, name, data, sys, now))
-		case m.SHA256 != sha:
-			rec.V = append(rec.V, l.newVer(m.ID, OpModified, name, data, sys, now))
-		}
-		return nil
+		seen[e.Rel] = true
+		return b.file(e, l.live[e.Rel], max)
 	})
 	if err != nil {
 		return fmt.Errorf("memory history: adopt files: %w", err)
 	}
+	var vanished []*Memory
 	for path, m := range l.live {
 		if !seen[path] {
-			v := l.newVer(m.ID, OpDeleted, path, nil, sys, now)
-			rec.V = append(rec.V, v)
+			vanished = append(vanished, m)
 		}
 	}
-	if len(rec.V) == 0 {
-		return nil
+	for _, m := range vanished {
+		if err := b.add(l.newVer(m.ID, OpDeleted, m.Path, nil, b.actor, b.at)); err != nil {
+			return fmt.Errorf("memory history: adopt files: %w", err)
+		}
 	}
-	rec.N = l.next
-	l.next++
-	off, n, err := l.append(rec, true)
-	if err != nil {
+	if err := b.flush(); err != nil {
 		return fmt.Errorf("memory history: adopt files: %w", err)
 	}
-	l.commit(rec, off, n)
+	return nil
+}
+
+// adoption is reconcile's versions, written in records of about
+// adoptBatchBytes of content each.
+type adoption struct {
+	l     *tenantLog
+	rec   *logRec
+	bytes int
+	actor Actor
+	at    time.Time
+}
+
+// file adopts walked file e, the live memory m at its path (nil if none),
+// when it differs from m. A file of at most max bytes is read (to max+1
+// bytes, whatever it grew to) and kept in its version. A larger one is
+// never read whole: it gets a version without content, its sha256
+// streamed only when it could still be m's content (the same size as a
+// memory whose sha is known), else left empty.
+func (b *adoption) file(e walkEntry, m *Memory, max int64) error {
+	l := b.l
+	op := OpCreated
+	id := NewMemoryID()
+	if m != nil {
+		op, id = OpModified, m.ID
+	}
+	data, size, ok, err := readAtMost(e.Dir, e.Name, max)
+	if gone(err) {
+		return nil // changed from outside since the walk: the next load looks again
+	}
+	if err != nil {
+		return err
+	}
+	if ok {
+		if m != nil && m.SHA256 == SHA256Hex(data) {
+			return nil
+		}
+		return b.add(l.newVer(id, op, e.Rel, data, b.actor, b.at))
+	}
+	sha := ""
+	if m != nil && m.Size == size {
+		if m.SHA256 == "" {
+			return nil // adopted over the limit before, at this size
+		}
+		if sha, _, err = hashFile(e.Dir, e.Name, size); err != nil {
+			return err
+		}
+		if sha == m.SHA256 {
+			return nil
+		}
+	}
+	return b.add(l.newVerMeta(id, op, e.Rel, sha, size, b.actor, b.at))
+}
+
+// add queues v, writing the record once it holds adoptBatchBytes.
+func (b *adoption) add(v logVer) error {
+	if b.rec == nil {
+		b.rec, b.bytes = &logRec{T: "tx", Op: "adopt"}, 0
+	}
+	b.rec.V = append(b.rec.V, v)
+	if b.bytes += len(v.Content); b.bytes >= adoptBatchBytes {
+		return b.flush()
+	}
+	return nil
+}
+
+// flush writes and commits the queued versions.
+func (b *adoption) flush() error {
+	rec := b.rec
+	if rec == nil || len(rec.V) == 0 {
+		return nil
+	}
+	b.rec = nil
+	rec.N = b.l.next
+	b.l.next++
+	off, n, err := b.l.append(rec, true)
+	if err != nil {
+		return err
+	}
+	b.l.commit(rec, off, n)
 	return nil
 }
 
 // newVer makes the next version record; data nil for a deletion.
 func (l *tenantLog) newVer(mem, op, path string, data []byte, a Actor, at time.Time) logVer {
-	l.seq++
-	v := logVer{ID: NewVersionID(), Mem: mem, Op: op, Seq: l.seq, Path: path, Actor: a, At: at}
-	if op != OpDeleted {
-		v.Content, v.Has, v.SHA, v.Size = data, true, SHA256Hex(data), int64(len(data))
+	if op == OpDeleted {
+		return l.newVerMeta(mem, op, path, "", 0, a, at)
 	}
+	v := l.newVerMeta(mem, op, path, SHA256Hex(data), int64(len(data)), a, at)
+	v.Content, v.Has = data, true
 	return v
+}
+
+// newVerMeta makes the next version record without content: a deletion,
+// or a file over the limit (sha "" when it was not hashed).
+func (l *tenantLog) newVerMeta(mem, op, path, sha string, size int64, a Actor, at time.Time) logVer {
+	l.seq++
+	return logVer{ID: NewVersionID(), Mem: mem, Op: op, Seq: l.seq, Path: path, SHA: sha, Size: size, Actor: a, At: at}
 }
 
 // change is a write the backend is about to make.
@@ -480,13 +566,20 @@ func (l *tenantLog) intent(tr *os.Root, sc Scope, ch change) (*logRec, error) {
 		}
 	case "rename":
 		rec.To = ch.to.Rel()
+		max := sc.Limits.OrDefaults().MaxFileBytes
 		for _, m := range l.under(ch.p.Rel()) {
-			data, err := tr.ReadFile(m.Path)
-			if err != nil {
-				return nil, err
-			}
 			dst := rec.To + m.Path[len(rec.Path):]
-			rec.V = append(rec.V, l.newVer(m.ID, OpModified, dst, data, sc.Actor, now))
+			// A rename keeps the content: a file over the limit keeps its
+			// sha and size, and is not read.
+			data, _, ok, err := readAtMost(tr, m.Path, max)
+			switch {
+			case err != nil:
+				return nil, err
+			case ok:
+				rec.V = append(rec.V, l.newVer(m.ID, OpModified, dst, data, sc.Actor, now))
+			default:
+				rec.V = append(rec.V, l.newVerMeta(m.ID, OpModified, dst, m.SHA256, m.Size, sc.Actor, now))
+			}
 		}
 	}
 	if len(rec.V) == 0 {
@@ -500,7 +593,7 @@ func (l *tenantLog) intent(tr *os.Root, sc Scope, ch change) (*logRec, error) {
 // do runs a backend write fn with its versions: intent (synced), fn,
 // commit, or settle when fn failed. Call with the tenant's lock held.
 func (h *fileHistory) do(ctx context.Context, tr *os.Root, sc Scope, ch change, fn func() error) error {
-	l, err := h.load(ctx, tr, sc.Tenant)
+	l, err := h.load(ctx, tr, sc.Tenant, sc.Limits)
 	if err != nil {
 		return err
 	}
@@ -561,19 +654,25 @@ func (h *fileHistory) rewrite(tenant string, l *tenantLog, keep func(*fver) bool
 	defer h.root.Remove(tmp) //nolint:errcheck // gone after the rename
 	w := bufio.NewWriter(f)
 	var n int64
+	// Versions of one record are in a row: each record is read once.
+	var rec logRec
+	recOff := int64(-1)
 	for _, fv := range l.vers {
 		if !keep(fv) {
 			continue
 		}
-		var rec logRec
-		buf := make([]byte, fv.n)
-		if _, err := l.f.ReadAt(buf, fv.off); err != nil {
-			f.Close()
-			return err
-		}
-		if err := json.Unmarshal(buf, &rec); err != nil {
-			f.Close()
-			return err
+		if fv.off != recOff {
+			rec = logRec{}
+			buf := make([]byte, fv.n)
+			if _, err := l.f.ReadAt(buf, fv.off); err != nil {
+				f.Close()
+				return err
+			}
+			if err := json.Unmarshal(buf, &rec); err != nil {
+				f.Close()
+				return err
+			}
+			recOff = fv.off
 		}
 		v := rec.V[fv.i]
 		if edit != nil {

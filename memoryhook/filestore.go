@@ -3,6 +3,7 @@ package memoryhook
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -276,6 +277,67 @@ func readFile(r *os.Root, sc Scope, p Path) ([]byte, error) {
 		return nil, sc.Limits.CheckRead(p, int64(len(data)))
 	}
 	return data, nil
+}
+
+// readAtMost reads regular file name of dir when it holds at most max
+// bytes: ok is false, and nothing is kept, when it is larger (size says
+// how large), however large it grew since it was listed.
+func readAtMost(dir *os.Root, name string, max int64) (data []byte, size int64, ok bool, err error) {
+	f, size, err := openRegular(dir, name)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	defer f.Close()
+	if size > max {
+		return nil, size, false, nil
+	}
+	data, err = io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if int64(len(data)) > max {
+		return nil, int64(len(data)), false, nil
+	}
+	return data, int64(len(data)), true, nil
+}
+
+// hashFile returns the sha256 and size of regular file name of dir,
+// hashed as it streams by, when its size is want; another size is
+// returned with no hash, and without reading the file.
+func hashFile(dir *os.Root, name string, want int64) (sha string, size int64, err error) {
+	f, size, err := openRegular(dir, name)
+	if err != nil || size != want {
+		return "", size, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(f, want+1))
+	if err != nil {
+		return "", 0, err
+	}
+	if n != want {
+		return "", n, nil
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// openRegular opens name of dir for reading, without following a final
+// link or waiting on a FIFO; anything but a regular file is ErrNotFile.
+func openRegular(dir *os.Root, name string) (*os.File, int64, error) {
+	f, err := dir.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, 0, ErrNotFile
+	}
+	return f, fi.Size(), nil
 }
 
 // links is a file's link count (1 where the system does not say).

@@ -27,7 +27,7 @@ func (h *fileHistory) close() {
 // locked runs fn with the tenant's write lock and its loaded log.
 func (b *fileBackend) locked(ctx context.Context, tenant string, fn func(r *os.Root, l *tenantLog, u Usage) (Usage, error)) error {
 	return b.write(ctx, Scope{Tenant: tenant}, func(r *os.Root, u Usage) (Usage, error) {
-		l, err := b.hist.load(ctx, r, tenant)
+		l, err := b.hist.load(ctx, r, tenant, Limits{})
 		if err != nil {
 			return u, err
 		}

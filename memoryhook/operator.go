@@ -222,7 +222,7 @@ func (o Operator) Restore(ctx context.Context, id, ver, expect string) (Memory, 
 		return Memory{}, &InvalidError{Msg: "version " + ver + " is not a version of memory " + id}
 	}
 	if !v.HasContent {
-		return Memory{}, &InvalidError{Msg: "version " + ver + " has no content to restore (a deletion, or redacted)"}
+		return Memory{}, &InvalidError{Msg: "version " + ver + " has no content to restore (a deletion, redacted, or a file found over the limit and never read)"}
 	}
 	m, err := o.St.MemoryByID(ctx, o.Sc.Tenant, id)
 	if errors.Is(err, ErrNotExist) {

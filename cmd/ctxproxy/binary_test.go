@@ -91,8 +91,14 @@ func fakeUpstream(t *testing.T) (*fakeapi.API, string) {
 
 func send(t *testing.T, addr, path, body string) (*http.Response, string) {
 	t.Helper()
+	return sendAs(t, addr, binKey, path, body)
+}
+
+// sendAs is send with another API key.
+func sendAs(t *testing.T, addr, key, path, body string) (*http.Response, string) {
+	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+path, strings.NewReader(body))
-	req.Header.Set("X-Api-Key", binKey)
+	req.Header.Set("X-Api-Key", key)
 	req.Header.Set("Anthropic-Version", "2023-06-01")
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
