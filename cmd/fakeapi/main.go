@@ -2,7 +2,7 @@
 // compat suites and demos run out of process. Script it over HTTP with the
 // /_fake/ control endpoints (see the fakeapi package doc).
 //
-//	fakeapi --listen 127.0.0.1:8090 [--script replies.json] [--compress] [--fault-rate 0.1 --fault-seed 1]
+//	fakeapi --listen 127.0.0.1:8090 [--script replies.json] [--models models.json] [--compress] [--fault-rate 0.1 --fault-seed 1]
 //	        [--cache on [--cache-clock wall]]
 package main
 
@@ -38,6 +38,7 @@ func run(args []string) error {
 	listen := fs.String("listen", "127.0.0.1:8090", "address to listen on (port 0 picks one; the address is logged)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	script := fs.String("script", "", "JSON file of replies to enqueue: [Reply...] or {\"replies\":[...],\"turns\":[...]}")
+	models := fs.String("models", "", "JSON file of the model table GET /v1/models serves ([Model...]; default: fakeapi.DefaultModels)")
 	compress := fs.Bool("compress", false, "compress replies per Accept-Encoding (zstd, br, gzip)")
 	eventDelay := fs.Duration("event-delay", 0, "delay between SSE events")
 	textChunks := fs.Int("text-chunks", 3, "deltas per streamed text, thinking or tool input")
@@ -63,6 +64,11 @@ func run(args []string) error {
 	}
 	opts := fakeapi.Options{TextChunks: *textChunks, Compress: *compress, EventDelay: *eventDelay, NoAuthCheck: *noAuth,
 		CacheOptions: cacheOpts}
+	if *models != "" {
+		if opts.Models, err = loadModels(*models); err != nil {
+			return err
+		}
+	}
 	if *faultRate > 0 {
 		f := fakeapi.Faults{Rate: *faultRate, Seed: *faultSeed}
 		if *faultKinds != "" {
@@ -144,6 +150,27 @@ func loadScript(api *fakeapi.API, path string) error {
 		api.SetResponder(fakeapi.Script(s.Turns...))
 	}
 	return nil
+}
+
+// loadModels reads a model table: a JSON list of fakeapi.Model.
+func loadModels(path string) ([]fakeapi.Model, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read models: %w", err)
+	}
+	var ms []fakeapi.Model
+	if err := json.Unmarshal(b, &ms); err != nil {
+		return nil, fmt.Errorf("parse models %s: %w", path, err)
+	}
+	for i, m := range ms {
+		if m.ID == "" {
+			return nil, fmt.Errorf("parse models %s: entry %d has no id", path, i)
+		}
+	}
+	if ms == nil {
+		ms = []fakeapi.Model{} // null: no model, as an empty list
+	}
+	return ms, nil
 }
 
 func newLogger(level string) (*zap.Logger, error) {

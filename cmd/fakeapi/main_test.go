@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -81,5 +82,43 @@ func TestCacheFlags(t *testing.T) {
 	}
 	if err := run([]string{"--cache", "maybe"}); err == nil {
 		t.Error("no error for --cache maybe")
+	}
+}
+
+func TestLoadModelsReadsATable(t *testing.T) {
+	cases := []struct {
+		name, json string
+		ids        []string
+		fails      bool
+	}{
+		{"a list of models", `[{"id":"m1","lifecycle":"active","capabilities":null},{"id":"m2","lifecycle":"retired","aliases":["m2a"]}]`, []string{"m1", "m2"}, false},
+		{"an empty list is a table without models", `[]`, nil, false},
+		{"an entry without id", `[{"lifecycle":"active"}]`, nil, true},
+		{"not a list", `{"id":"m1"}`, nil, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "models.json")
+			if err := os.WriteFile(path, []byte(c.json), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			ms, err := loadModels(path)
+			if (err != nil) != c.fails {
+				t.Fatalf("err %v", err)
+			}
+			if c.fails {
+				return
+			}
+			if ms == nil {
+				t.Fatal("a loaded table must not be nil (nil means the default table)")
+			}
+			var ids []string
+			for _, m := range ms {
+				ids = append(ids, m.ID)
+			}
+			if !slices.Equal(ids, c.ids) {
+				t.Errorf("ids %v, want %v", ids, c.ids)
+			}
+		})
 	}
 }

@@ -166,7 +166,7 @@ func compact(p *parsed, spec *compactSpec, in Usage, signed bool) compaction {
 		b = append(b, `,"tool_changes":[]`...)
 	}
 	b = append(b, '}')
-	in.OutputTokens = max(Tokens(len(summary)), 1)
+	in.OutputTokens = perCall(max(Tokens(len(summary)), 1), p.maxTokens)
 	return compaction{
 		block:     b,
 		iteration: appendIteration(nil, "compaction", "", in),

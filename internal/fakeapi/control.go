@@ -32,6 +32,10 @@ type replyJSON struct {
 	ErrorEvent   *APIError                  `json:"error_event,omitempty"`
 	ErrorAfter   int                        `json:"error_after,omitempty"`
 	Encoding     string                     `json:"encoding,omitempty"`
+
+	// ErrorCode is a shorthand for ErrorCodeReply(code): status, error and
+	// details of the code, unless status or error are given too.
+	ErrorCode string `json:"error_code,omitempty"`
 }
 
 func ms(d time.Duration) float64     { return float64(d) / float64(time.Millisecond) }
@@ -66,6 +70,15 @@ func (r *Reply) UnmarshalJSON(b []byte) error {
 		CutAfter: j.CutAfter, Drop: j.Drop, ErrorEvent: j.ErrorEvent, ErrorAfter: j.ErrorAfter, Encoding: j.Encoding}
 	if j.Text != "" {
 		r.Content = append([]json.RawMessage{Text(j.Text)}, r.Content...)
+	}
+	if j.ErrorCode != "" {
+		coded := ErrorCodeReply(j.ErrorCode)
+		if r.Status == 0 {
+			r.Status = coded.Status
+		}
+		if r.Error == nil {
+			r.Error = coded.Error
+		}
 	}
 	for i, blk := range r.Content {
 		var probe struct {
@@ -132,6 +145,9 @@ type RequestJSON struct {
 	ReplyID           string            `json:"reply_id,omitempty"`
 	Error             *APIError         `json:"error,omitempty"`
 	Outcome           string            `json:"outcome"`
+
+	// InputTransformations: what thinking block binding did.
+	InputTransformations []InputTransformation `json:"input_transformations,omitempty"`
 }
 
 func (r *Request) toJSON() RequestJSON {
@@ -147,7 +163,7 @@ func (r *Request) toJSON() RequestJSON {
 		Header: r.Header, Credential: r.Credential, Body: body, Model: r.Model, Stream: r.Stream, CountTokens: r.CountTokens,
 		Betas: r.Betas, Thread: r.Thread, PreviousMessageID: r.PreviousMessageID, Messages: r.Messages,
 		Tools: tools, AssistantTurns: r.AssistantTurns, Status: r.Status, ReplyID: r.ReplyID,
-		Error: r.Error, Outcome: r.Outcome}
+		Error: r.Error, Outcome: r.Outcome, InputTransformations: r.InputTransformations}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

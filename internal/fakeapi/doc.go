@@ -17,8 +17,8 @@
 //   - POST /v1/messages/count_tokens: same validation (max_tokens optional),
 //     answers {"input_tokens":N,"context_management":{"original_input_tokens":M}}
 //     (context_management null when the request had none).
-//   - any other /v1/ path: GET /v1/models, GET /v1/models/{id} answer a model
-//     list / model; anything else {"type":"fake_passthrough","method",...}.
+//   - GET /v1/models and GET /v1/models/{id}: the model table (below).
+//   - any other /v1/ path: {"type":"fake_passthrough","method",...}.
 //     All are recorded.
 //   - /_fake/...: control endpoints (below).
 //
@@ -63,6 +63,61 @@
 //     (unknown fields rejected); each type at most once; clear_thinking first
 //     when several; clear_thinking only with thinking enabled or adaptive.
 //   - thread needs the message-threads-2026-08-12 beta.
+//   - the December 2026 fields (december.go): thinking between_tools (type
+//     only) and, on enabled and adaptive, block_binding
+//     {prefix_mismatch_behavior: error|drop_block} and display;
+//     output_config.effort low|medium|high|xhigh|max;
+//     output_config.task_budget {type: tokens, total ≥ 1, remaining ≤ total}
+//     with the task-budgets-2026-03-13 beta; speed standard|fast;
+//     billing_policy {type: billing_policy, bill_to: self|user_profile} and
+//     the anthropic-user-profile-id header (user_profile_required,
+//     user_profile_not_found, and the profile's billing error from
+//     Options.UserProfiles: 402/403).
+//   - the model table, for a model it knows (by id or alias; any other model
+//     is taken as it comes): a retired model is 404; max_tokens at most the
+//     model's; thinking types, effort levels, edit strategies, on-demand
+//     compaction and speed fast (Model.FastMode) only where it has them.
+//
+// # Models (models.go, models_default.go)
+//
+// GET /v1/models lists the table newest first: limit 1-1000 (default 20),
+// after_id / before_id, lifecycle (active|deprecated|retired, up to 3,
+// lifecycle=… or lifecycle[]=…; default active and deprecated), answering
+// {"data","has_more","first_id","last_id"}. GET /v1/models/{id} answers one
+// model by id or alias (404 not_found_error otherwise). capabilities has
+// every key; capabilities.compaction and allowed_fallback_models come only
+// with an anthropic-beta header (Options.ModelBetaFieldsAlways: always). The
+// table is DefaultModels unless Options.Models (WithModels, SetModels,
+// {"models":[...]} in /_fake/options) replaces it.
+//
+// # Thinking block binding (binding.go)
+//
+// Always on, for every thinking and redacted_thinking block the fake
+// writes: a block is bound to the messages before it, the model, the
+// organization (credential) and the end user; a request whose blocks do not
+// match is refused (400) or has them dropped, per
+// thinking.block_binding.prefix_mismatch_behavior, and with the
+// thinking-binding-controls-2026-08-01 beta the reply lists what happened in
+// input_transformations (Request.InputTransformations records it always).
+// binding.go says exactly what is compared.
+//
+// # Error codes (errcodes.go)
+//
+// ErrorCodeReply(code), {"error_code":code} in a scripted reply, or
+// Options.KeyErrors (per credential) answer the codes of the December API
+// with their status, error.type, details.error_code and headers (retry-after
+// for ramp_limit_exceeded and storage_not_ready; x-should-retry: false on the
+// spend limits with Options.SpendLimitsNoRetry). An undecodable body gets
+// request_body_encoding_invalid / _unsupported / 413
+// request_body_too_large_after_decoding.
+//
+// # max_tokens per model call (iterations.go)
+//
+// A reply holding server tool results (…_tool_result blocks) is one model
+// call per result: each call's estimated output is at most max_tokens (the
+// compaction call's too), usage.iterations lists one message entry per call
+// and the top-level usage is their sum, so output_tokens can exceed
+// max_tokens as the API's can.
 //
 // # Threads
 //
@@ -209,6 +264,12 @@
 //	      "record_limit":0,"no_auth_check":false,"event_delay_ms":0,
 //	      "threads_refuse":["context_management"],"compaction_block_needs_edit":false,
 //	      "faults":{"rate":0.1,"seed":1,"kinds":["429","cut"]},"fault_max_delay_ms":200,
+//	      "models":[Model...],"model_beta_fields_always":false,
+//	      "key_errors":{"sk-x":"contract_spend_limit_reached"},"spend_limits_no_retry":false,
+//	      "user_profiles":{"uprof_1":""},"billing_policy_needs_beta":false,
+//	      "organizations":{"sk-a":"org_1"},"end_user":"user_profile",
+//	      "prefix_binding_unenforced":["claude-opus-4-8"],"binding_mismatch_refuses":false,
+//	      "between_tools_refuses_clear_thinking":false,
 //	      "cache":"on","lookback":20,"min_tokens":{"claude-test":1},"diagnostics_pending":"never",...}
 //	     (a cache switch set to a value it does not take is refused, 400)
 //	GET  /_fake/health   → {"ok":true,"pending":N}
@@ -226,5 +287,5 @@
 //	 "status":429,"error":{"type":"rate_limit_error","message":"..."},"header":{"retry-after":"1"},
 //	 "delay_ms":0,"event_delay_ms":0,"text_chunks":3,"cut_after":0,"drop":false,
 //	 "error_event":{"type":"overloaded_error","message":"Overloaded"},"error_after":2,
-//	 "encoding":"gzip"}
+//	 "encoding":"gzip","error_code":"ramp_limit_exceeded"}
 package fakeapi

@@ -69,6 +69,9 @@ type Options struct {
 	// CacheOptions model the prompt cache and cache diagnostics; off by
 	// default (cache.go).
 	CacheOptions
+
+	// The December 2026 API (december.go has the details).
+	December
 }
 
 // Option configures New.
@@ -111,7 +114,7 @@ func WithoutAuthCheck() Option { return func(a *API) { a.opts.NoAuthCheck = true
 // Request is one request the fake saw.
 type Request struct {
 	Seq      int64  // 1-based arrival order
-	ID       string // the request-id header it was answered with (/v1/messages)
+	ID       string // the request-id header it was answered with
 	Time     time.Time
 	Method   string
 	Path     string
@@ -136,6 +139,10 @@ type Request struct {
 	Tools json.RawMessage
 	// AssistantTurns counts assistant messages in Messages (Script uses it).
 	AssistantTurns int
+	// InputTransformations is what thinking block binding did to the
+	// request (dropped blocks, mismatches let through), whether or not the
+	// reply reported it.
+	InputTransformations []InputTransformation
 
 	// Filled once answered.
 	Status  int
@@ -150,6 +157,7 @@ func (r *Request) clone() Request {
 	c.Body = bytes.Clone(r.Body)
 	c.Betas = append([]string(nil), r.Betas...)
 	c.Messages = append([]json.RawMessage(nil), r.Messages...)
+	c.InputTransformations = append([]InputTransformation(nil), r.InputTransformations...)
 	if r.Error != nil {
 		e := *r.Error
 		c.Error = &e
@@ -175,6 +183,9 @@ type API struct {
 
 	threads threadStore
 	cache   cacheStore
+
+	table    *modelTable // Options.Models indexed; guarded by mu
+	bindings bindingStore
 }
 
 // New makes a fake API.
@@ -187,6 +198,8 @@ func New(opts ...Option) *API {
 	}
 	a.threads.init(10000)
 	a.cache.init()
+	a.bindings.init(maxBindings)
+	a.table = newModelTable(a.opts.Models)
 	a.setFaults(a.opts.Faults)
 	return a
 }
@@ -195,6 +208,7 @@ func New(opts ...Option) *API {
 func (a *API) SetOptions(o Options) {
 	a.mu.Lock()
 	a.opts = o
+	a.table = newModelTable(o.Models)
 	a.mu.Unlock()
 	a.setFaults(o.Faults)
 }
@@ -254,7 +268,8 @@ func (a *API) LastRequest(path string) (Request, bool) {
 }
 
 // Reset forgets queued replies, the responder, recorded requests, threads,
-// cache entries and diagnostics fingerprints. Options and the clock stay.
+// cache entries, diagnostics fingerprints and thinking-block bindings.
+// Options and the clock stay.
 func (a *API) Reset() {
 	a.mu.Lock()
 	a.queue = nil
@@ -263,6 +278,7 @@ func (a *API) Reset() {
 	a.mu.Unlock()
 	a.threads.reset()
 	a.cache.reset()
+	a.bindings.reset()
 }
 
 func (a *API) recordLimit() int {
@@ -390,12 +406,26 @@ func (a *API) readBody(req *http.Request) ([]byte, int, *APIError) {
 	default:
 		dec, err := decodeBody(enc, body, limit)
 		if err != nil {
-			return nil, 400, &APIError{Type: "invalid_request_error", Message: fmt.Sprintf("could not decode %s request body: %v", enc, err)}
+			code := CodeEncodingInvalid
+			switch {
+			case errors.Is(err, errUnsupportedEncoding):
+				code = CodeEncodingUnsupported
+			case errors.Is(err, errDecodedTooLarge):
+				code = CodeTooLargeAfterDecoding
+			}
+			st, e, _ := codedError(code)
+			e.Message = fmt.Sprintf("could not decode %s request body: %v", enc, err)
+			return nil, st, e
 		}
 		body = dec
 	}
 	return body, 0, nil
 }
+
+var (
+	errUnsupportedEncoding = errors.New("unsupported content-encoding")
+	errDecodedTooLarge     = errors.New("decoded body too large")
+)
 
 func decodeBody(enc string, body []byte, limit int64) ([]byte, error) {
 	var r io.Reader
@@ -416,14 +446,14 @@ func decodeBody(enc string, body []byte, limit int64) ([]byte, error) {
 		defer zr.Close()
 		r = zr
 	default:
-		return nil, errors.New("unsupported content-encoding")
+		return nil, errUnsupportedEncoding
 	}
 	out, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {
 		return nil, err
 	}
 	if int64(len(out)) > limit {
-		return nil, errors.New("decoded body too large")
+		return nil, errDecodedTooLarge
 	}
 	return out, nil
 }
@@ -481,6 +511,7 @@ func (a *API) servePassthrough(w http.ResponseWriter, req *http.Request, reqID s
 		return
 	}
 	r := newRequest(a, req, body)
+	r.ID = reqID
 	a.record(r)
 	if e != nil {
 		a.finish(r, st, "", e)
@@ -490,38 +521,23 @@ func (a *API) servePassthrough(w http.ResponseWriter, req *http.Request, reqID s
 		writeError(w, st, e, reqID)
 		return
 	}
-	var out []byte
-	p := req.URL.Path
-	switch {
-	case req.Method == http.MethodGet && p == "/v1/models":
-		out = []byte(`{"data":[` + modelJSON("claude-sonnet-4-5", "Claude Sonnet 4.5") + `,` +
-			modelJSON("claude-opus-4-8", "Claude Opus 4.8") + `,` + modelJSON("claude-haiku-4-5", "Claude Haiku 4.5") +
-			`],"has_more":false,"first_id":"claude-sonnet-4-5","last_id":"claude-haiku-4-5"}`)
-	case req.Method == http.MethodGet && strings.HasPrefix(p, "/v1/models/"):
-		id := strings.TrimPrefix(p, "/v1/models/")
-		out = []byte(modelJSON(id, id))
-	default:
-		b := []byte(`{"type":"fake_passthrough","method":`)
-		b = jsonstr.Append(b, req.Method)
-		b = append(b, `,"path":`...)
-		b = jsonstr.Append(b, p)
-		b = append(b, `,"query":`...)
-		b = jsonstr.Append(b, req.URL.RawQuery)
-		b = append(b, `,"body_bytes":`...)
-		b = strconv.AppendInt(b, int64(len(body)), 10)
-		if a.echoing() {
-			b = append(b, `,"headers":`...)
-			b = jsonstr.Append(b, headerText(req.Header))
-		}
-		out = append(b, '}')
+	if a.serveModels(w, req, r) {
+		return
+	}
+	b := []byte(`{"type":"fake_passthrough","method":`)
+	b = jsonstr.Append(b, req.Method)
+	b = append(b, `,"path":`...)
+	b = jsonstr.Append(b, req.URL.Path)
+	b = append(b, `,"query":`...)
+	b = jsonstr.Append(b, req.URL.RawQuery)
+	b = append(b, `,"body_bytes":`...)
+	b = strconv.AppendInt(b, int64(len(body)), 10)
+	if a.echoing() {
+		b = append(b, `,"headers":`...)
+		b = jsonstr.Append(b, headerText(req.Header))
 	}
 	a.finish(r, 200, "", nil)
-	a.writeBody(w, req, "", http.StatusOK, out)
-}
-
-func modelJSON(id, name string) string {
-	return `{"type":"model","id":` + string(mustJSON(id)) + `,"display_name":` + string(mustJSON(name)) +
-		`,"created_at":"2025-09-29T00:00:00Z"}`
+	a.writeBody(w, req, "", http.StatusOK, append(b, '}'))
 }
 
 // writeBody writes a complete JSON reply, compressed if asked.

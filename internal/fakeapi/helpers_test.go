@@ -23,6 +23,7 @@ func newServer(t *testing.T, opts ...Option) (*API, string) {
 }
 
 type call struct {
+	method  string // "" is POST
 	path    string
 	body    string
 	header  map[string]string
@@ -38,7 +39,10 @@ func do(t *testing.T, base string, c call) (*http.Response, []byte) {
 	if c.path == "" {
 		c.path = "/v1/messages"
 	}
-	req, err := http.NewRequest(http.MethodPost, base+c.path, strings.NewReader(c.body))
+	if c.method == "" {
+		c.method = http.MethodPost
+	}
+	req, err := http.NewRequest(c.method, base+c.path, strings.NewReader(c.body))
 	if err != nil {
 		t.Fatal(err)
 	}

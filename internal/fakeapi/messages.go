@@ -47,11 +47,16 @@ func (a *API) serveMessages(w http.ResponseWriter, req *http.Request, reqID stri
 	p, rerr := a.parseRequest(body, req.Header, countTokens, &opts)
 	r.Model, r.Stream, r.Betas = p.model, p.stream, p.betas
 	r.Thread, r.PreviousMessageID = p.thread, p.prevID
-	r.Messages, r.Tools, r.AssistantTurns = p.messages, p.tools, p.assistant
+	r.Messages, r.Tools, r.AssistantTurns = p.conversation(), p.tools, p.assistant
+	r.InputTransformations = p.transforms
 	a.record(r)
 	if rerr != nil {
 		a.releaseThread(p, false)
 		a.answerError(w, req, r, rerr.status, rerr.err, reqID)
+		return
+	}
+	if a.keyError(w, req, r, countTokens) {
+		a.releaseThread(p, false)
 		return
 	}
 	if countTokens {
@@ -117,8 +122,9 @@ type message struct {
 	rawUsage                 []byte // Reply.RawUsage: the usage object as scripted
 	cm                       []byte // context_management value: null or {...}
 
-	cache *cacheCall // the prompt cache's part (nil: the cache model is off)
-	diag  []byte     // the diagnostics value; nil: no field
+	cache      *cacheCall // the prompt cache's part (nil: the cache model is off)
+	diag       []byte     // the diagnostics value; nil: no field
+	transforms []byte     // input_transformations value; nil when not reported
 }
 
 func (a *API) buildMessage(p *parsed, rep *Reply, cc *cacheCall) message {
@@ -170,6 +176,7 @@ func (a *API) buildMessage(p *parsed, rep *Reply, cc *cacheCall) message {
 	if len(rep.RawUsage) > 0 {
 		m.rawUsage = rep.RawUsage
 	}
+	m.splitCalls(p, rep)
 	applied := res.applied
 	if rep.AppliedEdits != nil {
 		applied = rep.AppliedEdits
@@ -232,6 +239,14 @@ func (m *message) applyCompaction(p *parsed, rep *Reply, inputTokens int64) {
 	}
 	m.iterations = appendIteration(append(m.iterations[:len(m.iterations)-1], ','), "message", m.model, m.usage)
 	m.iterations = append(m.iterations, ']')
+}
+
+// appendTransforms appends the input_transformations member when reported.
+func (m *message) appendTransforms(b []byte) []byte {
+	if m.transforms == nil {
+		return b
+	}
+	return append(append(b, `,"input_transformations":`...), m.transforms...)
 }
 
 // appendUsage appends the usage object: final (the JSON body and
@@ -316,6 +331,7 @@ func (m *message) body() []byte {
 	b = append(b, `,"context_management":`...)
 	b = append(b, m.cm...)
 	b = m.appendDiagnostics(b)
+	b = m.appendTransforms(b)
 	return append(b, '}')
 }
 
@@ -356,6 +372,7 @@ func (a *API) serveReply(w http.ResponseWriter, req *http.Request, r *Request, p
 		}
 	}
 	if st, e, isErr := rep.errorParts(); isErr {
+		addCodeHeaders(w.Header(), e, opts.SpendLimitsNoRetry)
 		if opts.EchoHeaders {
 			e = withEcho(e, req.Header)
 		}
@@ -371,6 +388,10 @@ func (a *API) serveReply(w http.ResponseWriter, req *http.Request, r *Request, p
 	}
 	m := a.buildMessage(p, rep, cc)
 	cc.stored(m.id)
+	a.bindReply(p, m.blocks, m.model)
+	if p.reportTransforms {
+		m.transforms = p.transformsJSON()
+	}
 	if p.thread != "" {
 		// Stored before the first byte goes out, so a client can continue at once.
 		a.storeThread(p, m.id, m.assistantTurn())
@@ -571,7 +592,7 @@ func (s *sse) run(m *message, chunks int) {
 	d = append(d, `,"content":[],"stop_reason":null,"stop_sequence":null,"usage":`...)
 	d = m.appendUsage(d, false)
 	d = append(d, `,"context_management":null`...)
-	d = append(m.appendDiagnostics(d), "}}"...)
+	d = append(m.appendTransforms(m.appendDiagnostics(d)), "}}"...)
 	s.data = d
 	if !s.event("message_start", d) || !s.event("ping", pingData) {
 		return

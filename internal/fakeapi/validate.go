@@ -78,6 +78,7 @@ type parsed struct {
 	blockNeedsEdit bool
 	// cache is what the prompt cache and cache diagnostics read (cache.go).
 	cache cacheFields
+	december
 }
 
 func parseBetas(h http.Header) []string {
@@ -123,6 +124,7 @@ type topLevel struct {
 	model, maxTokens, stream, thinking, system, tools, cm, messages, thread, compaction string
 	// Read for the prompt cache and cache diagnostics (cache.go).
 	cacheControl, diagnostics, toolChoice, speed, outputConfig, outputFormat string
+	billingPolicy, metadata                                                  string // read for the December checks (december.go)
 
 	systemRaw, toolsRaw json.RawMessage   // system and tools as slices of the body
 	msgs                []json.RawMessage // the elements of messages when it is an array
@@ -165,6 +167,10 @@ func readTopLevel(body []byte, s string, i int) topLevel {
 			field = &f.outputConfig
 		case "output_format":
 			field = &f.outputFormat
+		case "billing_policy":
+			field = &f.billingPolicy
+		case "metadata":
+			field = &f.metadata
 		case "messages":
 			if f.messages != "" {
 				return skipValue(s, v)
@@ -246,6 +252,9 @@ func (a *API) parseRequest(body []byte, h http.Header, countTokens bool, opts *O
 		}
 		p.maxTokens = n
 	}
+	p.table = a.models()
+	p.info = p.table.lookup(p.model)
+	p.btRefusesClear = opts.BetweenToolsRefusesClearThinking
 	if f.stream != "" && !countTokens {
 		if f.stream != "true" && f.stream != "false" {
 			return p, badRequest("stream: Input should be a valid boolean")
@@ -285,6 +294,9 @@ func (a *API) parseRequest(body []byte, h http.Header, countTokens bool, opts *O
 			p.onDemand = nil
 		}
 	}
+	if e := p.checkDecember(&f, h, opts, countTokens); e != nil {
+		return p, e
+	}
 	if f.messages == "" {
 		return p, badRequest("messages: Field required")
 	}
@@ -321,7 +333,10 @@ func (a *API) parseRequest(body []byte, h http.Header, countTokens bool, opts *O
 	if e == nil {
 		e = p.checkCache(&f, countTokens, &opts.CacheOptions)
 	}
-	return p, e
+	if e != nil {
+		return p, e
+	}
+	return p, a.checkBindings(p, h, result(f.metadata), opts)
 }
 
 func jsonErr(body []byte) string {
@@ -339,7 +354,8 @@ func (p *parsed) checkThinking(t gjson.Result) *reqError {
 	if !t.IsObject() {
 		return badRequest("thinking: Input should be an object")
 	}
-	switch typ := t.Get("type").String(); typ {
+	typ := t.Get("type").String()
+	switch typ {
 	case "enabled":
 		b, ok := isInt(t.Get("budget_tokens"))
 		if !ok {
@@ -354,11 +370,11 @@ func (p *parsed) checkThinking(t gjson.Result) *reqError {
 		p.thinking = true
 	case "adaptive":
 		p.thinking = true
-	case "disabled":
+	case "disabled", "between_tools":
 	default:
-		return badRequest("thinking.type: Input should be 'enabled', 'adaptive' or 'disabled'")
+		return badRequest("thinking.type: Input should be 'enabled', 'adaptive', 'disabled' or 'between_tools'")
 	}
-	return nil
+	return p.checkThinkingControls(t, typ)
 }
 
 var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,128}$`)
@@ -571,7 +587,7 @@ func (p *parsed) checkEdit(v gjson.Result, where string) (edit, *reqError) {
 		if e := onlyFields(v, where, "type", "keep"); e != nil {
 			return ed, e
 		}
-		if !p.thinking {
+		if !p.thinking && (p.thinkingType != "between_tools" || p.btRefusesClear) {
 			return ed, badRequest("%s: %s requires extended thinking; set thinking to {\"type\":\"enabled\",...} or {\"type\":\"adaptive\"}", where, editClearThinking)
 		}
 		ed.keep = defaultThinkingKeep(p.model)
