@@ -6,9 +6,11 @@
 // purge and an audit log of every operator call.
 //
 // Where ctxproxy differs from the hosted API:
-//   - a store is a tenant (id memstore_<tenant>, name <tenant>); stores are
-//     made and removed by policy files, so create, update, archive and
-//     delete of a store answer 400;
+//   - a store is a tenant (id memstore_<tenant>, name <tenant>), or one
+//     key's store of a tenant with memory per key (the default tenant's:
+//     memstore_default~<key id>); stores are made and removed by policy
+//     files and use, so create, update, archive and delete of a store
+//     answer 400;
 //   - a memory's path is the memory tool's without /memories;
 //   - the memory tool has directories, hosted stores do not: a path that is
 //     a directory conflicts like an ancestor memory (409
@@ -177,18 +179,26 @@ func (w *statusWriter) Flush() {
 	}
 }
 
-// store resolves {store} to a tenant the caller may see; it answers 404
+// storeRef is a memory store: the policy of its tenant, whose limits,
+// retention and operators it has, and its name in the memory store (the
+// tenant's, or one of its keys' stores, tenant~<key id>).
+type storeRef struct {
+	*policy.Policy
+	Name string
+}
+
+// store resolves {store} to a store the caller may see; it answers 404
 // otherwise (a tenant token learns nothing of other tenants).
-func (a *API) store(w http.ResponseWriter, c *call) (*policy.Policy, bool) {
+func (a *API) store(w http.ResponseWriter, c *call) (storeRef, bool) {
 	id := c.r.PathValue("store")
 	name, ok := strings.CutPrefix(id, StoreIDPrefix)
-	p := a.cfg.Policies.Current().Tenant(name)
+	p := a.cfg.Policies.Current().StoreOwner(name)
 	if !ok || p == nil || (c.tenant != nil && c.tenant.Tenant != p.Tenant) {
 		writeError(w, http.StatusNotFound, "not_found_error", "memory store "+quoteID(id)+" not found")
-		return nil, false
+		return storeRef{}, false
 	}
-	c.audit.Tenant = p.Tenant
-	return p, true
+	c.audit.Tenant = name
+	return storeRef{p, name}, true
 }
 
 func quoteID(s string) string {
@@ -196,10 +206,10 @@ func quoteID(s string) string {
 	return string(b)
 }
 
-// operator returns the memoryhook.Operator for tenant p and caller c.
-func (a *API) operator(p *policy.Policy, c *call) memoryhook.Operator {
+// operator returns the memoryhook.Operator for store p and caller c.
+func (a *API) operator(p storeRef, c *call) memoryhook.Operator {
 	return memoryhook.Operator{St: a.cfg.Store, Sc: memoryhook.Scope{
-		Tenant: p.Tenant,
+		Tenant: p.Name,
 		Limits: memoryhook.Limits(p.Memory.Limits),
 		Actor:  OperatorActor(c.operator),
 	}}

@@ -27,6 +27,7 @@ const (
 	admin    = "admin-secret"
 	acmeOp   = "acme-operator-secret"
 	globexOp = "globex-operator-secret"
+	defOp    = "default-operator-secret"
 )
 
 func hash(s string) string {
@@ -38,6 +39,7 @@ type fixture struct {
 	t     *testing.T
 	srv   *httptest.Server
 	st    memoryhook.Governed
+	pols  *policy.Store
 	audit *Audit
 }
 
@@ -68,6 +70,8 @@ func newFixtureOn(t *testing.T, st memoryhook.Governed) *fixture {
 	for name, body := range map[string]string{
 		"acme.yaml":   "tenant: acme\noperator_tokens_sha256: [" + hash(acmeOp) + "]\nmemory:\n  mode: proxy\n",
 		"globex.yaml": "tenant: globex\noperator_tokens_sha256: [" + hash(globexOp) + "]\n",
+		"default.yaml": "tenant: default\noperator_tokens_sha256: [" + hash(defOp) + "]\nmemory:\n  mode: proxy\n" +
+			"  history: { keep_days: 0 }\n",
 	} {
 		if err := os.WriteFile(filepath.Join(pdir, name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
@@ -92,7 +96,7 @@ func newFixtureOn(t *testing.T, st memoryhook.Governed) *fixture {
 	t.Cleanup(func() { audit.Close() })
 	srv := httptest.NewServer(New(Config{Store: st, Policies: pols, AdminToken: admin, Audit: audit}))
 	t.Cleanup(srv.Close)
-	return &fixture{t: t, srv: srv, st: st, audit: audit}
+	return &fixture{t: t, srv: srv, st: st, pols: pols, audit: audit}
 }
 
 // do sends a request with token as x-api-key; it returns status and body.
@@ -429,5 +433,51 @@ func TestDiff(t *testing.T) {
 				t.Errorf("got %q want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestDefaultTenantKeyStores(t *testing.T) { stores(t, testDefaultTenantKeyStores) }
+
+// Each key's store of the default tenant is a store of the API: listed and
+// served to the admin and the default tenant's operators only, purged on
+// its own, and pruned by the default tenant's retention.
+func testDefaultTenantKeyStores(t *testing.T, open func(t *testing.T) *fixture) {
+	f := open(t)
+	ctx := context.Background()
+	for _, store := range []string{"default~0123abcd", "default~0123abcd", "default~89abcdef"} {
+		sc := memoryhook.Scope{Tenant: store, Actor: memoryhook.Actor{Type: memoryhook.ActorModel, KeyID: store[8:]}}
+		in := `{"command":"create","path":"/memories/a.md","file_text":"` + store + `"}`
+		if r := memoryhook.Exec(ctx, f.st, sc, []byte(in)); r.IsError {
+			in = `{"command":"str_replace","path":"/memories/a.md","old_str":"default","new_str":"again"}`
+			if r := memoryhook.Exec(ctx, f.st, sc, []byte(in)); r.IsError {
+				t.Fatal(r.Content)
+			}
+		}
+	}
+	want := `["memstore_default","memstore_default~0123abcd","memstore_default~89abcdef"]`
+	for _, tok := range []string{admin, defOp} {
+		if got := gjson.Get(f.ok(tok, "GET", "/v1/memory_stores", "").Raw, `data.#(name%"default*")#.id`).Raw; got != want {
+			t.Errorf("stores listed to %s: %s", tok, got)
+		}
+	}
+	if got := f.ok(acmeOp, "GET", "/v1/memory_stores", "").Get("data.#.id").Raw; got != `["memstore_acme"]` {
+		t.Errorf("stores listed to acme: %s", got)
+	}
+	const s = "/v1/memory_stores/memstore_default~0123abcd"
+	if st, _ := f.do(acmeOp, "GET", s+"/memories", ""); st != 404 {
+		t.Errorf("acme's operator sees a default key's store: %d", st)
+	}
+	if got := f.ok(defOp, "GET", s+"/memories?view=full", "").Get("data.#.content").Raw; got != `["again~0123abcd"]` {
+		t.Errorf("the key's memories: %s", got)
+	}
+	if n := PruneAll(ctx, f.st, f.pols, zap.NewNop()); n != 1 {
+		t.Errorf("pruned %d versions, want the key store's older one", n)
+	}
+	f.ok(defOp, "POST", s+"/purge", `{"confirm":"memstore_default~0123abcd"}`)
+	if got := gjson.Get(f.ok(admin, "GET", "/v1/memory_stores", "").Raw, `data.#(name%"default*")#.id`).Raw; got != `["memstore_default","memstore_default~89abcdef"]` {
+		t.Errorf("stores after the purge: %s", got)
+	}
+	if got := f.ok(admin, "GET", "/v1/memory_stores/memstore_default~89abcdef/memories?view=full", "").Get("data.#.content").Raw; got != `["default~89abcdef"]` {
+		t.Errorf("the other key's memories: %s", got)
 	}
 }

@@ -180,14 +180,14 @@ func (a *API) listAudit(w http.ResponseWriter, c *call) {
 		}
 		n = v
 	}
-	recs, skipped, err := a.cfg.Audit.List(p.Tenant, n)
+	recs, skipped, err := a.cfg.Audit.List(p.Name, n)
 	if err != nil {
 		a.storeError(w, c, err, "audit log")
 		return
 	}
 	if skipped > 0 {
 		a.cfg.Log.Warn("memory audit log has lines it cannot read; the listing skips them",
-			zap.String("tenant", p.Tenant), zap.Int("skipped_lines", skipped))
+			zap.String("tenant", p.Name), zap.Int("skipped_lines", skipped))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"data": recs, "next_page": nil, "skipped_lines": skipped})
 }

@@ -34,8 +34,8 @@ func (a *API) export(w http.ResponseWriter, c *call) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
-	if err := WriteExport(c.r.Context(), w, a.cfg.Store, p.Tenant, c.r.URL.Query().Get("history") == "true"); err != nil {
-		a.cfg.Log.Error("memory export cut short", zap.String("tenant", p.Tenant), zap.Error(err))
+	if err := WriteExport(c.r.Context(), w, a.cfg.Store, p.Name, c.r.URL.Query().Get("history") == "true"); err != nil {
+		a.cfg.Log.Error("memory export cut short", zap.String("tenant", p.Name), zap.Error(err))
 	}
 }
 
@@ -104,7 +104,7 @@ func (a *API) importStore(w http.ResponseWriter, c *call) {
 	}
 	ctx := c.r.Context()
 	op := a.operator(p, c)
-	ms, err := a.cfg.Store.Memories(ctx, p.Tenant)
+	ms, err := a.cfg.Store.Memories(ctx, p.Name)
 	if err != nil {
 		a.storeError(w, c, err, "memory store")
 		return
@@ -155,7 +155,7 @@ func (a *API) importStore(w http.ResponseWriter, c *call) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "reading the export: "+err.Error())
 		return
 	}
-	out := map[string]any{"type": "memory_import", "memory_store_id": storeID(p.Tenant)}
+	out := map[string]any{"type": "memory_import", "memory_store_id": storeID(p.Name)}
 	for k, v := range counts {
 		out[k] = v
 	}
@@ -180,18 +180,18 @@ func (a *API) purge(w http.ResponseWriter, c *call) {
 	if !readBody(w, c.r, &body) {
 		return
 	}
-	if body.Confirm != storeID(p.Tenant) {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "purge erases the store for good: send {\"confirm\": \""+storeID(p.Tenant)+"\"}")
+	if body.Confirm != storeID(p.Name) {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "purge erases the store for good: send {\"confirm\": \""+storeID(p.Name)+"\"}")
 		return
 	}
-	files, versions, err := a.cfg.Store.Purge(c.r.Context(), p.Tenant)
+	files, versions, err := a.cfg.Store.Purge(c.r.Context(), p.Name)
 	if err != nil {
 		a.storeError(w, c, err, "memory store")
 		return
 	}
-	a.cfg.Log.Warn("memory store purged", zap.String("tenant", p.Tenant), zap.String("operator", c.operator),
+	a.cfg.Log.Warn("memory store purged", zap.String("tenant", p.Name), zap.String("operator", c.operator),
 		zap.Int("files", files), zap.Int("versions", versions))
 	c.audit.Detail = "purged " + itoa(files) + " files and " + itoa(versions) + " versions"
-	writeJSON(w, http.StatusOK, map[string]any{"type": "memory_store_purged", "id": storeID(p.Tenant),
+	writeJSON(w, http.StatusOK, map[string]any{"type": "memory_store_purged", "id": storeID(p.Name),
 		"files": files, "versions": versions})
 }

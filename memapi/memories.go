@@ -85,22 +85,40 @@ func page(w http.ResponseWriter, r *http.Request) (full bool, n int, ok bool) {
 	return full, n, true
 }
 
+// listStores lists the tenants' stores the caller may see and, for a
+// tenant with memory per key, its keys' stores that have been used.
 func (a *API) listStores(w http.ResponseWriter, c *call) {
-	var data []any
-	for _, p := range a.cfg.Policies.Current().Tenants() {
-		if c.tenant == nil || c.tenant.Tenant == p.Tenant {
-			data = append(data, storeObj(p))
+	data := []any{}
+	set := a.cfg.Policies.Current()
+	for _, p := range set.Tenants() {
+		if c.tenant != nil && c.tenant.Tenant != p.Tenant {
+			continue
 		}
-	}
-	if data == nil {
-		data = []any{}
+		data = append(data, storeObj(storeRef{p, p.Tenant}))
+		if !p.MemoryPerKey() {
+			continue
+		}
+		names, err := a.cfg.Store.SubStores(c.r.Context(), p.Tenant)
+		if err != nil {
+			a.storeError(w, c, err, "memory stores")
+			return
+		}
+		for _, name := range names {
+			if set.StoreOwner(name) == p {
+				data = append(data, storeObj(storeRef{p, name}))
+			}
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"data": data, "next_page": nil})
 }
 
-func storeObj(p *policy.Policy) map[string]any {
-	return map[string]any{"type": "memory_store", "id": storeID(p.Tenant), "name": p.Tenant,
-		"description": "ctxproxy memory of tenant " + p.Tenant + " (" + p.File + ")", "metadata": map[string]string{},
+func storeObj(p storeRef) map[string]any {
+	what := "tenant " + p.Tenant
+	if _, key, ok := strings.Cut(p.Name, policy.KeyStoreSep); ok {
+		what = "key " + key + " of tenant " + p.Tenant
+	}
+	return map[string]any{"type": "memory_store", "id": storeID(p.Name), "name": p.Name,
+		"description": "ctxproxy memory of " + what + " (" + p.File + ")", "metadata": map[string]string{},
 		"created_at": stamp(time.Unix(0, 0)), "updated_at": stamp(time.Unix(0, 0)), "archived_at": nil}
 }
 
@@ -149,7 +167,7 @@ func (a *API) listMemories(w http.ResponseWriter, c *call) {
 		}
 		after = string(b)
 	}
-	ms, err := a.cfg.Store.Memories(c.r.Context(), p.Tenant)
+	ms, err := a.cfg.Store.Memories(c.r.Context(), p.Name)
 	if err != nil {
 		a.storeError(w, c, err, "memory store")
 		return
@@ -168,7 +186,7 @@ func (a *API) listMemories(w http.ResponseWriter, c *call) {
 			data = append(data, map[string]string{"type": "memory_prefix", "path": it.key})
 			continue
 		}
-		obj, err := a.memoryOut(c, p.Tenant, *it.mem, full)
+		obj, err := a.memoryOut(c, p.Name, *it.mem, full)
 		if err != nil {
 			a.storeError(w, c, err, "memory")
 			return
@@ -245,7 +263,7 @@ func (a *API) createMemory(w http.ResponseWriter, c *call) {
 		return
 	}
 	c.audit.MemoryID, c.audit.After = m.ID, m.SHA256
-	writeJSON(w, http.StatusOK, memoryObj(p.Tenant, m, []byte(*body.Content), full))
+	writeJSON(w, http.StatusOK, memoryObj(p.Name, m, []byte(*body.Content), full))
 }
 
 // memoryOut is m as the API shows it, with its content when full. A
@@ -273,12 +291,12 @@ func (a *API) getMemory(w http.ResponseWriter, c *call) {
 	}
 	id := c.r.PathValue("mem")
 	c.audit.MemoryID = id
-	m, err := a.cfg.Store.MemoryByID(c.r.Context(), p.Tenant, id)
+	m, err := a.cfg.Store.MemoryByID(c.r.Context(), p.Name, id)
 	if err != nil {
 		a.storeError(w, c, err, "memory "+quoteID(id))
 		return
 	}
-	obj, err := a.memoryOut(c, p.Tenant, m, full)
+	obj, err := a.memoryOut(c, p.Name, m, full)
 	switch {
 	case err != nil:
 		a.storeError(w, c, err, "memory "+quoteID(id))
@@ -321,7 +339,7 @@ func (a *API) updateMemory(w http.ResponseWriter, c *call) {
 	}
 	id := c.r.PathValue("mem")
 	c.audit.MemoryID = id
-	before, _ := a.cfg.Store.MemoryByID(c.r.Context(), p.Tenant, id)
+	before, _ := a.cfg.Store.MemoryByID(c.r.Context(), p.Name, id)
 	c.audit.Before = before.SHA256
 	var content []byte
 	if body.Content != nil {
@@ -337,8 +355,8 @@ func (a *API) updateMemory(w http.ResponseWriter, c *call) {
 }
 
 // respondMemory answers with m, reading its content when full.
-func (a *API) respondMemory(w http.ResponseWriter, c *call, p *policy.Policy, m memoryhook.Memory, full bool) {
-	obj, err := a.memoryOut(c, p.Tenant, m, full)
+func (a *API) respondMemory(w http.ResponseWriter, c *call, p storeRef, m memoryhook.Memory, full bool) {
+	obj, err := a.memoryOut(c, p.Name, m, full)
 	if err != nil {
 		a.storeError(w, c, err, "memory")
 		return
@@ -370,7 +388,7 @@ func (a *API) deleteMemory(w http.ResponseWriter, c *call) {
 	}
 	id := c.r.PathValue("mem")
 	c.audit.MemoryID = id
-	before, _ := a.cfg.Store.MemoryByID(c.r.Context(), p.Tenant, id)
+	before, _ := a.cfg.Store.MemoryByID(c.r.Context(), p.Name, id)
 	c.audit.Before = before.SHA256
 	if err := a.operator(p, c).Delete(c.r.Context(), id, expect); err != nil {
 		a.storeError(w, c, err, "memory "+quoteID(id))
@@ -407,7 +425,7 @@ func (a *API) restoreMemory(w http.ResponseWriter, c *call) {
 	}
 	id := c.r.PathValue("mem")
 	c.audit.MemoryID, c.audit.VersionID = id, body.VersionID
-	before, _ := a.cfg.Store.MemoryByID(c.r.Context(), p.Tenant, id)
+	before, _ := a.cfg.Store.MemoryByID(c.r.Context(), p.Name, id)
 	c.audit.Before = before.SHA256
 	m, err := a.operator(p, c).Restore(c.r.Context(), id, body.VersionID, expect)
 	if err != nil {

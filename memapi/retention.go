@@ -15,22 +15,33 @@ func Retention(p *policy.Policy) memoryhook.Retention {
 	return memoryhook.Retention{KeepDays: p.Memory.History.KeepDays, KeepLatest: p.Memory.History.KeepLatest}
 }
 
-// PruneAll prunes every tenant's history by its policy once; it returns
-// how many versions went.
+// PruneAll prunes every tenant's history by its policy once, and that of
+// each key's store of a tenant with memory per key; it returns how many
+// versions went.
 func PruneAll(ctx context.Context, st memoryhook.Governed, pols *policy.Store, log *zap.Logger) int {
 	total := 0
 	for _, p := range pols.Current().Tenants() {
-		n, err := st.Prune(ctx, p.Tenant, Retention(p), time.Now())
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Error("memory history pruning failed", zap.String("tenant", p.Tenant), zap.Error(err))
+		stores := []string{p.Tenant}
+		if p.MemoryPerKey() {
+			keys, err := st.SubStores(ctx, p.Tenant)
+			if err != nil && ctx.Err() == nil {
+				log.Error("memory history pruning failed: the keys' stores are not listed", zap.String("tenant", p.Tenant), zap.Error(err))
 			}
-			continue
+			stores = append(stores, keys...)
 		}
-		if n > 0 {
-			log.Info("memory history pruned", zap.String("tenant", p.Tenant), zap.Int("versions", n))
+		for _, name := range stores {
+			n, err := st.Prune(ctx, name, Retention(p), time.Now())
+			if err != nil {
+				if ctx.Err() == nil {
+					log.Error("memory history pruning failed", zap.String("tenant", p.Tenant), zap.String("store", name), zap.Error(err))
+				}
+				continue
+			}
+			if n > 0 {
+				log.Info("memory history pruned", zap.String("tenant", p.Tenant), zap.String("store", name), zap.Int("versions", n))
+			}
+			total += n
 		}
-		total += n
 	}
 	return total
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/memoryhook"
-	"github.com/ctxproxy/ctxproxy/policy"
 )
 
 // versionJSON is a memory_version object. created_by carries the hosted
@@ -96,7 +95,7 @@ func (a *API) listVersions(w http.ResponseWriter, c *call) {
 		return
 	}
 	vq.Limit, vq.Content = n+1, full
-	vs, err := a.cfg.Store.Versions(c.r.Context(), p.Tenant, vq)
+	vs, err := a.cfg.Store.Versions(c.r.Context(), p.Name, vq)
 	if err != nil {
 		a.storeError(w, c, err, "memory store")
 		return
@@ -108,14 +107,14 @@ func (a *API) listVersions(w http.ResponseWriter, c *call) {
 	}
 	data := make([]versionJSON, len(vs))
 	for i, v := range vs {
-		data[i] = versionObj(p.Tenant, v, full)
+		data[i] = versionObj(p.Name, v, full)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"data": data, "next_page": next})
 }
 
 // version loads {ver} of tenant p.
-func (a *API) version(w http.ResponseWriter, c *call, p *policy.Policy, id string, content bool) (memoryhook.Version, bool) {
-	v, err := a.cfg.Store.Version(c.r.Context(), p.Tenant, id, content)
+func (a *API) version(w http.ResponseWriter, c *call, p storeRef, id string, content bool) (memoryhook.Version, bool) {
+	v, err := a.cfg.Store.Version(c.r.Context(), p.Name, id, content)
 	if err != nil {
 		a.storeError(w, c, err, "memory version "+quoteID(id))
 		return v, false
@@ -133,7 +132,7 @@ func (a *API) getVersion(w http.ResponseWriter, c *call) {
 		return
 	}
 	if v, ok := a.version(w, c, p, c.r.PathValue("ver"), full); ok {
-		writeJSON(w, http.StatusOK, versionObj(p.Tenant, v, full))
+		writeJSON(w, http.StatusOK, versionObj(p.Name, v, full))
 	}
 }
 
@@ -144,13 +143,13 @@ func (a *API) redactVersion(w http.ResponseWriter, c *call) {
 	}
 	id := c.r.PathValue("ver")
 	c.audit.VersionID = id
-	v, err := a.cfg.Store.Redact(c.r.Context(), p.Tenant, id, OperatorActor(c.operator))
+	v, err := a.cfg.Store.Redact(c.r.Context(), p.Name, id, OperatorActor(c.operator))
 	if err != nil {
 		a.storeError(w, c, err, "memory version "+quoteID(id))
 		return
 	}
 	c.audit.MemoryID = v.MemoryID
-	writeJSON(w, http.StatusOK, versionObj(p.Tenant, v, false))
+	writeJSON(w, http.StatusOK, versionObj(p.Name, v, false))
 }
 
 // diffVersion answers the line diff from ?from= (default: the version
@@ -170,7 +169,7 @@ func (a *API) diffVersion(w http.ResponseWriter, c *call) {
 			return
 		}
 	} else {
-		vs, err := a.cfg.Store.Versions(c.r.Context(), p.Tenant, memoryhook.VersionQuery{MemoryID: to.MemoryID, BeforeSeq: to.Seq, Limit: 1, Content: true})
+		vs, err := a.cfg.Store.Versions(c.r.Context(), p.Name, memoryhook.VersionQuery{MemoryID: to.MemoryID, BeforeSeq: to.Seq, Limit: 1, Content: true})
 		if err != nil {
 			a.storeError(w, c, err, "memory store")
 			return

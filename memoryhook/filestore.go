@@ -73,10 +73,12 @@ func (s *FileStore) Close() error {
 }
 
 // tenantName is the shape of a tenant directory: it can never be ".", "..",
-// hidden or contain a separator.
-var tenantName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+// hidden or contain a separator. A store of one of a tenant's keys is the
+// tenant's name, "~" and the key's (see SubStores).
+var tenantName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}(~[a-z0-9][a-z0-9-]{0,62})?$`)
 
-// ValidTenant reports whether name can be a tenant of the FileStore.
+// ValidTenant reports whether name can be a store (a tenant, or a sub-store
+// tenant~name) of the FileStore and the PostgreSQL store.
 func ValidTenant(name string) bool { return tenantName.MatchString(name) }
 
 type fileBackend struct {

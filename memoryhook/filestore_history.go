@@ -3,9 +3,11 @@ package memoryhook
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -208,4 +210,44 @@ func (s *FileStore) Purge(ctx context.Context, tenant string) (files, versions i
 		return Usage{}, nil
 	})
 	return files, versions, err
+}
+
+// SubStores implements History: the store's tenant directories and history
+// logs named tenant~….
+func (s *FileStore) SubStores(ctx context.Context, tenant string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	prefix := SubStorePrefix(tenant)
+	found := map[string]bool{}
+	for _, dir := range []struct {
+		root   *os.Root
+		suffix string
+	}{{s.b.root, ""}, {s.b.hist.root, ".jsonl"}} {
+		names, err := readNames(dir.root)
+		if err != nil {
+			return nil, fmt.Errorf("memory stores of %s: %w", tenant, err)
+		}
+		for _, name := range names {
+			if name, ok := strings.CutSuffix(name, dir.suffix); ok && strings.HasPrefix(name, prefix) && ValidTenant(name) {
+				found[name] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(found))
+	for name := range found {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// readNames lists the names in directory r.
+func readNames(r *os.Root) ([]string, error) {
+	f, err := r.Open(".")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Readdirnames(-1)
 }

@@ -169,7 +169,13 @@ type History interface {
 	// Purge removes every file, directory and version of the tenant; it
 	// returns the files and versions removed.
 	Purge(ctx context.Context, tenant string) (files, versions int, err error)
+	// SubStores lists the stores named tenant~<name> (a key's own, say)
+	// that have been used, sorted.
+	SubStores(ctx context.Context, tenant string) ([]string, error)
 }
+
+// SubStorePrefix is what the names of tenant's sub-stores begin with.
+func SubStorePrefix(tenant string) string { return tenant + "~" }
 
 // Governed is a Store with history: what the operator API and CLI use.
 type Governed interface {

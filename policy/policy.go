@@ -90,6 +90,41 @@ const (
 // DefaultTenant is the tenant of default.yaml, used for clients that match no tenant.
 const DefaultTenant = "default"
 
+// KeyStoreSep joins a tenant and a key id into the name of the memory store
+// of one key: default~0123abcd. No tenant name holds it.
+const KeyStoreSep = "~"
+
+// MemoryPerKey reports whether each key of the tenant has a memory store of
+// its own: the default tenant's keys do, since its clients are strangers
+// to each other (they match no tenant), so none may read another's memory.
+func (p *Policy) MemoryPerKey() bool { return p.Tenant == DefaultTenant }
+
+// MemoryStore names the memory store of a request made with key id keyID
+// (see KeyID): the tenant's, or with memory per key, tenant~<key id>. ok is
+// false when there is none: memory per key and no key.
+func (p *Policy) MemoryStore(keyID string) (name string, ok bool) {
+	if !p.MemoryPerKey() {
+		return p.Tenant, true
+	}
+	if !isKeyID(keyID) {
+		return "", false
+	}
+	return p.Tenant + KeyStoreSep + keyID, true
+}
+
+// isKeyID reports whether s has KeyID's shape: 8 lowercase hex digits.
+func isKeyID(s string) bool {
+	if len(s) != 8 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // Policy is one tenant's policy. It is read-only once loaded.
 type Policy struct {
 	Tenant            string

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sort"
+	"strings"
 )
 
 // Set is the policies of one folder, immutable once built.
@@ -84,6 +85,18 @@ func (s *Set) Tenant(name string) *Policy {
 		return nil
 	}
 	return s.byName[name]
+}
+
+// StoreOwner returns the policy a memory store named name belongs to: a
+// tenant's own store, or a key's store (tenant~<key id>, see
+// Policy.MemoryStore) of a tenant with memory per key; nil if none does.
+func (s *Set) StoreOwner(name string) *Policy {
+	tenant, key, perKey := strings.Cut(name, KeyStoreSep)
+	p := s.Tenant(tenant)
+	if p == nil || perKey && (!p.MemoryPerKey() || !isKeyID(key)) {
+		return nil
+	}
+	return p
 }
 
 // Tenants returns every policy, default included, sorted by tenant name.

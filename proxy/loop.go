@@ -133,17 +133,21 @@ func (x *exchange) advance(ctx context.Context, e roundEnd, assistant func() []b
 func (x *exchange) runMemory(ctx context.Context, e roundEnd) []byte {
 	out := make([]byte, 0, 256)
 	out = append(out, '[')
-	sc := x.scope()
+	sc, scoped := x.scope()
 	// The memory history records who wrote: the key, and the upstream
 	// request and message whose tool_use ran (as the ledger names them).
-	sc.Actor = memoryhook.Actor{Type: memoryhook.ActorModel, Tenant: sc.Tenant, KeyID: x.req.keyID,
+	sc.Actor = memoryhook.Actor{Type: memoryhook.ActorModel, Tenant: x.req.pol.Tenant, KeyID: x.req.keyID,
 		RequestID: e.requestID, MessageID: e.id}
 	for i, c := range e.calls {
 		var res memoryhook.Result
-		if x.s.cfg.Memory == nil {
+		switch {
+		case x.s.cfg.Memory == nil:
 			res = memoryhook.Result{Command: gjson.GetBytes(c.input, "command").String(), IsError: true,
 				Content: "Error: memory store unavailable: this proxy has no memory store"}
-		} else {
+		case !scoped:
+			res = memoryhook.Result{Command: gjson.GetBytes(c.input, "command").String(), IsError: true,
+				Content: "Error: memory store unavailable: memory here is kept per API key, and this request has none"}
+		default:
 			res = x.traceMemory(ctx, c.input, func(ctx context.Context) memoryhook.Result {
 				return memoryhook.Exec(ctx, x.s.cfg.Memory, sc, c.input)
 			})

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
+	"github.com/ctxproxy/ctxproxy/policy"
 )
 
 // The agent session the issue names: view, create, str_replace, view, then
@@ -105,6 +107,52 @@ func TestASecondTenantSeesNoneOfTheFirstTenantsMemory(t *testing.T) {
 	res := gjson.GetBytes(last.Body, "messages.@reverse.0.content.0")
 	if !res.Get("is_error").Bool() || res.Get("content").Str != "Error: The path /memories/prefs.md does not exist. Please provide a valid path." {
 		t.Fatalf("tenant beta's view of acme's file = %s", res.Raw)
+	}
+}
+
+// The default tenant's clients are strangers: each key's memory is its own,
+// and a request without a key (an upstream that takes none) has no memory.
+func TestTheDefaultTenantsMemoryIsKeptPerKey(t *testing.T) {
+	pols := testPolicies()
+	pols["default.yaml"] = "tenant: default\nmemory:\n  mode: proxy\n"
+	fake := fakeapi.New()
+	keyless := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Api-Key") == "" {
+			r.Header.Set("X-Api-Key", "sk-ant-upstream-takes-any")
+		}
+		fake.ServeHTTP(w, r)
+	})
+	h := newHarnessWith(t, keyless, pols)
+	result := func(key string, call jsonRaw) gjson.Result {
+		t.Helper()
+		fake.Reset()
+		fake.SetResponder(fakeapi.Script(fakeapi.Blocks(call), fakeapi.Blocks(fakeapi.Text("done"))))
+		if resp := h.post("/v1/messages", key, simpleBody); resp.StatusCode != 200 {
+			t.Fatalf("%s: status %d: %s", key, resp.StatusCode, readAll(t, resp.Body))
+		} else {
+			readAll(t, resp.Body)
+		}
+		last, _ := fake.LastRequest("/v1/messages")
+		return gjson.GetBytes(last.Body, "messages.@reverse.0.content.0")
+	}
+	const alice, bob = "sk-ant-stranger-alice", "sk-ant-stranger-bob"
+	if r := result(alice, fakeapi.MemoryCreate("/memories/secret.md", "alice salary 123k\n")); r.Get("is_error").Bool() {
+		t.Fatalf("alice's create: %s", r.Raw)
+	}
+	if r := result(bob, fakeapi.MemoryView("/memories/secret.md")); r.Get("content").Str != "Error: The path /memories/secret.md does not exist. Please provide a valid path." {
+		t.Errorf("bob's view of alice's file: %s", r.Raw)
+	}
+	if r := result(alice, fakeapi.MemoryView("/memories/secret.md")); !strings.Contains(r.Get("content").Str, "alice salary 123k") {
+		t.Errorf("alice's view of her file: %s", r.Raw)
+	}
+	if r := result("", fakeapi.MemoryView("/memories")); r.Get("content").Str != "Error: memory store unavailable: memory here is kept per API key, and this request has none" {
+		t.Errorf("a keyless view: %s", r.Raw)
+	}
+	if _, ok := h.memFile("default~"+policy.KeyID(alice), "secret.md"); !ok {
+		t.Error("alice's file is not in her key's store")
+	}
+	if _, ok := h.memFile("default", "secret.md"); ok {
+		t.Error("alice's file is in the default tenant's shared store")
 	}
 }
 

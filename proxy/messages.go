@@ -290,7 +290,10 @@ func (x *exchange) relayOnce() {
 	x.writeReply(resp, body)
 }
 
-// scope is the tenant's memory namespace.
-func (x *exchange) scope() memoryhook.Scope {
-	return memoryhook.Scope{Tenant: x.req.pol.Tenant, Limits: memoryhook.Limits(x.req.pol.Memory.Limits)}
+// scope is the request's memory namespace: the store the policy names for
+// its key (see policy.Policy.MemoryStore), under the tenant's limits. ok is
+// false when there is none (memory per key, and no key).
+func (x *exchange) scope() (sc memoryhook.Scope, ok bool) {
+	store, ok := x.req.pol.MemoryStore(x.req.keyID)
+	return memoryhook.Scope{Tenant: store, Limits: memoryhook.Limits(x.req.pol.Memory.Limits)}, ok
 }

@@ -38,7 +38,8 @@ func (x *exchange) saveContinuation(ctx context.Context, clientID, lastID string
 		return
 	}
 	c := x.continuations()
-	if c == nil {
+	sc, ok := x.scope()
+	if c == nil || !ok {
 		return
 	}
 	data := append([]byte(`{"previous_message_id":`), jsonstr.Append(nil, lastID)...)
@@ -46,7 +47,7 @@ func (x *exchange) saveContinuation(ctx context.Context, clientID, lastID string
 		data = append(append(data, `,"results":`...), results...)
 	}
 	data = append(data, '}')
-	if err := c.PutContinuation(ctx, x.req.pol.Tenant, clientID, data, continuationTTL); err != nil {
+	if err := c.PutContinuation(ctx, sc.Tenant, clientID, data, continuationTTL); err != nil {
 		x.s.log.Error("keep thread continuation", zap.String("tenant", x.req.tenant), zap.Error(err))
 	}
 }
@@ -61,11 +62,12 @@ func (x *exchange) applyContinuation(ctx context.Context, body []byte) ([]byte, 
 		return body, nil
 	}
 	c := x.continuations()
-	if c == nil {
+	sc, ok := x.scope()
+	if c == nil || !ok {
 		return body, nil
 	}
 	prev := gjson.GetBytes(body, "thread.previous_message_id").Str
-	data, err := c.GetContinuation(ctx, x.req.pol.Tenant, prev)
+	data, err := c.GetContinuation(ctx, sc.Tenant, prev)
 	if err != nil || data == nil {
 		return body, err
 	}

@@ -63,7 +63,7 @@ func runMemory(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	cmd := args[0]
 	fs := flag.NewFlagSet("ctxproxy memory "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	tenant := fs.String("tenant", "", "the tenant (required)")
+	tenant := fs.String("tenant", "", "the tenant, or default~KEYID for one key's store of the default tenant (required)")
 	base := fs.String("url", getenv("CTXPROXY_URL"), "a running ctxproxy, e.g. http://127.0.0.1:8080 (env CTXPROXY_URL)")
 	token := fs.String("token", getenv("CTXPROXY_OPERATOR_TOKEN"), "operator or admin token (env CTXPROXY_OPERATOR_TOKEN)")
 	memStore := fs.String("memory-store", envOr(getenv, "CTXPROXY_MEMORY_STORE", "file"), "without --url: file or a postgres:// URL")

@@ -400,6 +400,32 @@ func (s *Store) Prune(ctx context.Context, tenant string, r memoryhook.Retention
 	return n, err
 }
 
+// SubStores implements memoryhook.History: the tenants named tenant~… that
+// have entries or versions ('~' is 0x7e, so they sort before tenant + 0x7f).
+func (s *Store) SubStores(ctx context.Context, tenant string) ([]string, error) {
+	var out []string
+	lo := memoryhook.SubStorePrefix(tenant)
+	hi := tenant + "\x7f"
+	err := s.read(ctx, tenant, func(ctx context.Context) error {
+		out = out[:0]
+		rows, err := s.pool.Query(ctx, `SELECT DISTINCT tenant FROM ctxproxy_memory_entries WHERE tenant >= $1 AND tenant < $2
+			UNION SELECT DISTINCT tenant FROM ctxproxy_memory_versions WHERE tenant >= $1 AND tenant < $2
+			ORDER BY 1`, lo, hi)
+		if err != nil {
+			return err
+		}
+		var name string
+		_, err = pgx.ForEachRow(rows, []any{&name}, func() error {
+			if memoryhook.ValidTenant(name) {
+				out = append(out, name)
+			}
+			return nil
+		})
+		return err
+	})
+	return out, err
+}
+
 // Purge implements memoryhook.History: entries, memories, versions,
 // continuations and the usage row of the tenant go, in one transaction.
 func (s *Store) Purge(ctx context.Context, tenant string) (files, versions int, err error) {

@@ -29,6 +29,7 @@ func RunHistory(t *testing.T, newStore func(t *testing.T) memoryhook.Governed) {
 		{"redaction clears content and keeps actor and time, never the head", historyRedact},
 		{"retention keeps the head and the latest, history off keeps only heads", historyPrune},
 		{"purge leaves nothing of the tenant and only of it", historyPurge},
+		{"a tenant's sub-stores are listed and kept apart", historySubStores},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := newStore(t)
@@ -344,4 +345,29 @@ func historyPurge(t *testing.T, h *hist) {
 	// The tenant can start again.
 	h.exec("acme", "r4", `{"command":"create","path":"/memories/d/a.md","file_text":"new"}`)
 	h.want("after purge", summary(h.versions("acme", memoryhook.VersionQuery{})), "created d/a.md\n")
+}
+
+func historySubStores(t *testing.T, h *hist) {
+	for _, store := range []string{"default", "default~89abcdef", "default~0123abcd", "default-x", "defaultx", "acme~0123abcd"} {
+		h.exec(store, "r1", `{"command":"create","path":"/memories/a.md","file_text":"`+store+`"}`)
+	}
+	list := func(tenant string) string {
+		t.Helper()
+		names, err := h.st.SubStores(h.ctx, tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(names, " ")
+	}
+	h.want("default's", list("default"), "default~0123abcd default~89abcdef")
+	h.want("acme's", list("acme"), "acme~0123abcd")
+	h.want("defaultx's", list("defaultx"), "")
+	for _, store := range []string{"default", "default~0123abcd"} {
+		h.want(store, summary(h.versions(store, memoryhook.VersionQuery{Content: true})), "created a.md \""+store+"\"\n")
+	}
+	if _, _, err := h.st.Purge(h.ctx, "default~0123abcd"); err != nil {
+		t.Fatal(err)
+	}
+	h.want("default's after a purge", list("default"), "default~89abcdef")
+	h.want("default after a purge", summary(h.versions("default", memoryhook.VersionQuery{Content: true})), "created a.md \"default\"\n")
 }
