@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -418,6 +419,10 @@ func (ps *parser) keyHashes(n *yaml.Node) (out [][32]byte, lines []int) {
 	return ps.hashList(n, "api_keys_sha256", "API key")
 }
 
+// emptyHash is the sha256 of the empty string. A list never holds it: it would
+// match a request without a credential.
+var emptyHash = sha256.Sum256(nil)
+
 // hashList reads a list of sha256 hex digests of secrets (what names the secret).
 func (ps *parser) hashList(n *yaml.Node, field, what string) (out [][32]byte, lines []int) {
 	if isNull(n) {
@@ -447,6 +452,11 @@ func (ps *parser) hashList(n *yaml.Node, field, what string) (out [][32]byte, li
 			} else {
 				ps.add(item.Line, "%s is not hex: %v", where, err)
 			}
+			continue
+		}
+		if h == emptyHash {
+			ps.add(item.Line, "%s is the sha256 of nothing, what `printf %%s \"$VAR\" | sha256sum` prints when the variable is unset or empty: "+
+				"it would match a client that sends no %s; hash the %s itself", where, what, what)
 			continue
 		}
 		if prev, dup := seen[h]; dup {

@@ -163,6 +163,11 @@ func TestLookup(t *testing.T) {
 	if p, ok := set.Lookup(""); ok || p.Tenant != "default" {
 		t.Errorf("empty key: %v %v", p, ok)
 	}
+	// Even a set that somehow indexed the sha256 of nothing never matches a missing key.
+	odd, _ := newSet([]*Policy{{Tenant: "odd", KeyHashes: [][32]byte{HashKey("")}}})
+	if p, ok := odd.Lookup(""); ok || p != nil {
+		t.Errorf("empty key matched tenant %v", p)
+	}
 	var names []string
 	for _, p := range set.Tenants() {
 		names = append(names, p.Tenant)

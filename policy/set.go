@@ -55,8 +55,12 @@ func newSet(policies []*Policy) (*Set, LoadErrors) {
 }
 
 // Lookup finds the tenant whose api_keys_sha256 lists sha256(apiKey). When none does it returns
-// Default() (nil if there is no default.yaml) and ok=false.
+// Default() (nil if there is no default.yaml) and ok=false. An empty key is never looked up: a
+// request without a credential belongs to no tenant.
 func (s *Set) Lookup(apiKey string) (p *Policy, ok bool) {
+	if apiKey == "" {
+		return s.Default(), false
+	}
 	return s.LookupHash(HashKey(apiKey))
 }
 
