@@ -104,7 +104,6 @@ type Ticket struct {
 	held     bool // a reservation is held in the store
 	done     atomic.Bool
 	header   http.Header // the unified headers for every response, nil for an uncapped tenant
-	strip    bool
 }
 
 // Admit checks req against its tenant's limits. A tenant without limits gets (nil, nil). A
@@ -119,7 +118,7 @@ func (e *Enforcer) Admit(ctx context.Context, req Request) (*Ticket, *Refusal) {
 	if ref := e.checkRate(ctx, pol.Tenant, l, input); ref != nil {
 		return nil, ref
 	}
-	t := &Ticket{e: e, tenant: pol.Tenant, id: newID(), strip: l.Capped()}
+	t := &Ticket{e: e, tenant: pol.Tenant, id: newID()}
 	if !l.Capped() {
 		return t, nil
 	}
@@ -217,13 +216,12 @@ func (e *Enforcer) storeError(pol *policy.Policy, what string, err error) *Refus
 	return storeRefusal(pol, e.cfg.Now())
 }
 
-// Header adds the unified headers to a response of the ticket's tenant and, for a capped tenant,
-// removes the upstream's organisation-wide ratelimit headers. Nil-safe.
+// Header adds the unified headers to a response of the ticket's tenant (a capped one; see also
+// HideUpstreamRatelimit). Nil-safe.
 func (t *Ticket) Header(h http.Header) {
-	if t == nil || !t.strip {
+	if t == nil {
 		return
 	}
-	StripUpstreamRatelimit(h)
 	for k, v := range t.header {
 		h[k] = v
 	}

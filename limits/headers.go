@@ -123,9 +123,15 @@ func retrySeconds(d time.Duration) int64 {
 	return max(1, int64((d+time.Second-1)/time.Second))
 }
 
-// StripUpstreamRatelimit removes the upstream's anthropic-ratelimit-* headers (the organisation's
-// quota, which a capped tenant's client would show as its user's) from h.
-func StripUpstreamRatelimit(h http.Header) {
+// HideUpstreamRatelimit removes the upstream's anthropic-ratelimit-* headers from h, a response to
+// pol's tenant, when that tenant has a spend cap: they describe the organisation's quota, and its
+// client (Claude Code) would show them as its user's cap, which the unified headers describe. A
+// tenant with per-minute limits only, or none, keeps them. The one rule for every route: Messages,
+// count_tokens, batches and pass-through alike.
+func HideUpstreamRatelimit(pol *policy.Policy, h http.Header) {
+	if pol == nil || !pol.Limits.Capped() {
+		return
+	}
 	for k := range h {
 		if len(k) >= len(ratelimitPrefix) && strings.EqualFold(k[:len(ratelimitPrefix)], ratelimitPrefix) {
 			delete(h, k)

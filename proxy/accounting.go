@@ -41,20 +41,12 @@ func (x *exchange) record(resp *http.Response, r tokens.Reply, meta replyMeta) {
 		x.acct.iterations = append(x.acct.iterations, r.Iterations...)
 		x.noteCompaction(resp.StatusCode, r)
 	}
-	c := tokens.Call{
-		Time:        time.Now(),
-		Tenant:      x.tenantLabel(),
-		KeyID:       x.req.keyID,
-		User:        x.req.user,
-		Model:       x.req.model,
-		RequestID:   resp.Header.Get("Request-Id"),
-		Stream:      x.req.stream,
-		Status:      resp.StatusCode,
-		Usage:       r.Billed(),
-		Iterations:  r.Iterations,
-		ServiceTier: r.ServiceTier,
-		Edits:       r.Edits,
-	}
+	c := x.ledgerCall(resp)
+	c.Stream = x.req.stream
+	c.Usage = r.Billed()
+	c.Iterations = r.Iterations
+	c.ServiceTier = r.ServiceTier
+	c.Edits = r.Edits
 	if rec := x.s.cfg.Recorder; rec != nil {
 		c = rec.Record(x.r.Context(), c)
 	}
@@ -69,14 +61,24 @@ func (x *exchange) recordCount(resp *http.Response, body []byte) {
 		return
 	}
 	ct := tokens.ParseCountTokens(body)
-	rec.Record(x.r.Context(), tokens.Call{
-		Time:        time.Now(),
-		Tenant:      x.tenantLabel(),
-		Model:       x.req.model,
-		RequestID:   resp.Header.Get("Request-Id"),
-		Status:      resp.StatusCode,
-		CountTokens: &ct,
-	})
+	c := x.ledgerCall(resp)
+	c.CountTokens = &ct
+	rec.Record(x.r.Context(), c)
+}
+
+// ledgerCall is the base of every ledger line the exchange writes: who
+// asked (tenant, key id, user), for which model, and what the upstream call
+// answered. Every line starts from it, so none lacks what a report groups by.
+func (x *exchange) ledgerCall(resp *http.Response) tokens.Call {
+	return tokens.Call{
+		Time:      time.Now(),
+		Tenant:    x.tenantLabel(),
+		KeyID:     x.req.keyID,
+		User:      x.req.user,
+		Model:     x.req.model,
+		RequestID: resp.Header.Get("Request-Id"),
+		Status:    resp.StatusCode,
+	}
 }
 
 // memoryCommand accounts one memory command. A store outage is the

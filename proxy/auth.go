@@ -75,22 +75,13 @@ func (s *Server) authenticateKey(ctx context.Context, key string, c caller) (cal
 	return c, nil
 }
 
-// callerKey carries the tenant's upstream key from servePassthrough's
-// authentication to the reverse proxy's Rewrite and ModifyResponse.
-type callerKey struct{}
+// passCallerKey carries servePassthrough's caller to the reverse proxy's
+// Rewrite and ModifyResponse.
+type passCallerKey struct{}
 
-// cappedKey marks a passthrough request of a tenant with limits: the
-// upstream's organisation-wide ratelimit headers are not its to see.
-type cappedKey struct{}
-
-// passthroughCapped says whether servePassthrough found r's tenant capped.
-func passthroughCapped(r *http.Request) bool {
-	c, _ := r.Context().Value(cappedKey{}).(bool)
+// passthroughCaller is the caller servePassthrough found for r (zero when
+// none was put there).
+func passthroughCaller(r *http.Request) caller {
+	c, _ := r.Context().Value(passCallerKey{}).(caller)
 	return c
-}
-
-// passthroughKey is the tenant key servePassthrough found for r, or "".
-func passthroughKey(r *http.Request) string {
-	k, _ := r.Context().Value(callerKey{}).(string)
-	return k
 }

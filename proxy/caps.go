@@ -31,9 +31,13 @@ func (x *exchange) checkLimits(bodyBytes int) bool {
 	return true
 }
 
-// capHeaders puts the tenant's cap on a response (anthropic-ratelimit-unified-*) and takes the
-// upstream's organisation-wide ratelimit headers off it, for capped tenants only.
-func (x *exchange) capHeaders(h http.Header) { x.req.ticket.Header(h) }
+// capHeaders puts the tenant's cap on a relayed upstream reply (anthropic-ratelimit-unified-*)
+// and takes the upstream's organisation-wide ratelimit headers off it, for capped tenants only,
+// on every route.
+func (x *exchange) capHeaders(h http.Header) {
+	limits.HideUpstreamRatelimit(x.req.pol, h)
+	x.req.ticket.Header(h)
+}
 
 // settle charges what the request cost (every upstream call of it, memory rounds included), or
 // releases its reservation when it cost nothing.

@@ -149,11 +149,9 @@ func (x *exchange) measureCompaction(ctx context.Context, m compactionMeasure) e
 		return &measureError{status: resp.StatusCode, body: string(b)}
 	}
 	ct := tokens.ParseCountTokens(b)
-	x.s.cfg.Recorder.Record(ctx, tokens.Call{
-		Time: time.Now(), Tenant: x.tenantLabel(), KeyID: x.req.keyID, User: x.req.user, Model: x.req.model,
-		RequestID: resp.Header.Get("Request-Id"), Status: resp.StatusCode, CountTokens: &ct,
-		CompactedInputTokens: m.compacted,
-	})
+	c := x.ledgerCall(resp)
+	c.CountTokens, c.CompactedInputTokens = &ct, m.compacted
+	x.s.cfg.Recorder.Record(ctx, c)
 	return nil
 }
 

@@ -26,16 +26,9 @@ func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request) {
 	case !c.known && s.cfg.RequireKnownTenant:
 		writeError(sw, http.StatusUnauthorized, "authentication_error", "the API key matches no ctxproxy tenant")
 	default:
-		ctx := r.Context()
-		if c.upstreamKey != "" {
-			// The reverse proxy sends the tenant's own key instead (passthroughKey).
-			ctx = context.WithValue(ctx, callerKey{}, c.upstreamKey)
-		}
-		if c.pol != nil && c.pol.Limits.Any() {
-			// The organisation's quota is not a capped tenant's (passthroughCapped).
-			ctx = context.WithValue(ctx, cappedKey{}, true)
-		}
-		s.pass.ServeHTTP(sw, r.WithContext(ctx))
+		// The reverse proxy sends the tenant's own key, and answers as its
+		// policy says (passthroughCaller).
+		s.pass.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), passCallerKey{}, c)))
 	}
 	if ce := s.log.Check(zap.InfoLevel, "request"); ce != nil {
 		status := sw.status

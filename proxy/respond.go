@@ -20,7 +20,7 @@ type clientReply struct {
 // fail answers with the API's error shape before anything else was sent.
 func (x *exchange) fail(status int, typ, msg string) {
 	x.out.status = status
-	x.capHeaders(x.w.Header())
+	x.req.ticket.Header(x.w.Header()) // the answer is the proxy's own: no upstream headers to hide
 	x.out.n += int64(writeError(x.w, status, typ, msg))
 }
 

@@ -166,17 +166,16 @@ func (s *Server) passthrough(rt http.RoundTripper) http.Handler {
 			// meant to be invisible.
 			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 			s.cfg.Tracer.Inject(pr.Out.Context(), pr.Out.Header)
-			if key := passthroughKey(pr.In); key != "" {
+			if key := passthroughCaller(pr.In).upstreamKey; key != "" {
 				swapCredential(pr.Out.Header, key)
 				// The reply is scrubbed of the key: it must come readable.
 				pr.Out.Header.Set("Accept-Encoding", "identity")
 			}
 		},
 		ModifyResponse: func(resp *http.Response) error {
-			scrubReply(resp, passthroughKey(resp.Request))
-			if passthroughCapped(resp.Request) {
-				limits.StripUpstreamRatelimit(resp.Header)
-			}
+			c := passthroughCaller(resp.Request)
+			scrubReply(resp, c.upstreamKey)
+			limits.HideUpstreamRatelimit(c.pol, resp.Header)
 			return nil
 		},
 		Transport:     rt,

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,8 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/ctxproxy/ctxproxy/internal/binaries"
+	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
 	"github.com/ctxproxy/ctxproxy/internal/stack"
+	"github.com/ctxproxy/ctxproxy/keys"
 )
 
 // emptyKeyHash is sha256 of nothing: what `printf %s "$ANTHROPIC_API_KEY" | sha256sum` prints
@@ -105,6 +111,79 @@ func TestBinaryRefusesTheHashOfAnEmptyKey(t *testing.T) {
 			call(t, p.Addr, rt.method, rt.path, rt.body) // no credential at all
 			if up, ok := fake.LastRequest(rt.path); ok && up.Credential != "" {
 				t.Fatalf("%s: a request without a key went upstream with credential %q", rt.name, up.Credential)
+			}
+		}
+	})
+}
+
+// mintKey mints a ctxproxy key of tenant for user through the admin API.
+func mintKey(t *testing.T, addr, tenant, user string) string {
+	t.Helper()
+	resp, body := call(t, addr, "POST", "/admin/keys", `{"tenant":"`+tenant+`","name":"test","user":"`+user+`"}`,
+		"Authorization", "Bearer "+e2eAdminToken)
+	if resp.StatusCode != 201 || !keys.IsKey(gjson.Get(body, "key").Str) {
+		t.Fatalf("mint a key: %d %s", resp.StatusCode, body)
+	}
+	return gjson.Get(body, "key").Str
+}
+
+// One rule each, on every route: the upstream's anthropic-ratelimit-* headers are hidden from a
+// spend-capped tenant only (Messages, count_tokens and pass-through alike), and every ledger line,
+// count_tokens' included, carries key_id and, for a ctxproxy key, user.
+func TestBinaryRatelimitHeadersAndLedgerFieldsAreOneRuleOnEveryRoute(t *testing.T) {
+	fake := fakeapi.New()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Anthropic-Ratelimit-Requests-Remaining", "3999") // the organisation's quota
+		fake.ServeHTTP(w, r)
+	}))
+	t.Cleanup(up.Close)
+	const cappedKey, pacedKey = "sk-ant-capped-client", "sk-ant-paced-client"
+	pols, _, err := stack.Layout(t.TempDir(), map[string]string{
+		"default.yaml": "tenant: default\nmemory:\n  mode: off\n",
+		"vault.yaml":   vaultPolicy(""),
+		"capped.yaml":  stack.TenantPolicy("capped", cappedKey, "memory:\n  mode: off\nlimits:\n  spend: [{period: daily, usd: 50}]\n"),
+		"paced.yaml":   stack.TenantPolicy("paced", pacedKey, "memory:\n  mode: off\nlimits:\n  requests_per_minute: 100000\n"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ledger := filepath.Join(dir, "ledger.jsonl")
+	p := startSecretProxy(t, "--upstream", up.URL, "--policies", pols, "--memory-dir", filepath.Join(dir, "mem"), "--ledger", "file:"+ledger)
+
+	routes := []struct{ name, method, path, body string }{e2eRoutes[0], e2eRoutes[2], e2eRoutes[4]} // messages, count_tokens, models
+	for _, tc := range []struct{ name, key, want string }{
+		{"a spend-capped tenant never sees the organisation's ratelimit headers", cappedKey, ""},
+		{"a tenant with per-minute limits only sees them, as any other", pacedKey, "3999"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, rt := range routes {
+				resp, body := call(t, p.Addr, rt.method, rt.path, rt.body, "X-Api-Key", tc.key)
+				if got := resp.Header.Get("Anthropic-Ratelimit-Requests-Remaining"); resp.StatusCode != 200 || got != tc.want {
+					t.Errorf("%s: %d, anthropic-ratelimit-requests-remaining %q: %s", rt.name, resp.StatusCode, got, body)
+				}
+			}
+		})
+	}
+	t.Run("a count_tokens ledger line carries key_id and user, as a Messages one", func(t *testing.T) {
+		secret := mintKey(t, p.Addr, "vault", "ana@example.com")
+		for i, model := range []string{"claude-ledger-messages", "claude-ledger-count"} {
+			path, body := "/v1/messages", `{"model":"`+model+`","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`
+			if i == 1 {
+				path, body = "/v1/messages/count_tokens", `{"model":"`+model+`","messages":[{"role":"user","content":"hi"}]}`
+			}
+			if resp, b := call(t, p.Addr, "POST", path, body, "Authorization", "Bearer "+secret); resp.StatusCode != 200 {
+				t.Fatalf("%s: %d %s", path, resp.StatusCode, b)
+			}
+			var line string
+			eventually(t, "the ledger line of "+path, func() {
+				for line = lastLedgerCall(t, ledger, model); line == ""; line = lastLedgerCall(t, ledger, model) {
+					time.Sleep(20 * time.Millisecond)
+				}
+			})
+			if gjson.Get(line, "key_id").Str != keyIDOf(secret) || gjson.Get(line, "user").Str != "ana@example.com" ||
+				gjson.Get(line, "tenant").Str != "vault" {
+				t.Errorf("%s: ledger line %s", path, line)
 			}
 		}
 	})
