@@ -30,20 +30,48 @@ func scrubReply(resp *http.Response, key string) {
 	if key == "" {
 		return
 	}
-	for name, vv := range resp.Header {
+	scrubHeader(resp.Header, key)
+	resp.Body = &redactReader{r: resp.Body, secret: []byte(key)}
+	resp.Header.Del("Content-Length")
+	resp.ContentLength = -1
+}
+
+// scrubHeader replaces key in every value of h and drops a header whose
+// name holds it (an echo may use the key as a name, too).
+func scrubHeader(h http.Header, key string) {
+	for name, vv := range h {
 		for i, v := range vv {
 			if strings.Contains(v, key) {
 				vv[i] = strings.ReplaceAll(v, key, redactedKey)
 			}
 		}
-		if strings.Contains(name, key) { // an echo may use the key as a name, too
-			resp.Header.Del(name)
+		if strings.Contains(name, key) {
+			delete(h, name)
 		}
 	}
-	resp.Body = &redactReader{r: resp.Body, secret: []byte(key)}
-	resp.Header.Del("Content-Length")
-	resp.ContentLength = -1
 }
+
+// scrubWriter is the client's side of a pass-through reply to a request that
+// carried the tenant's key. The reverse proxy writes two things
+// ModifyResponse (scrubReply) never sees: interim 1xx responses (103 Early
+// Hints), whose headers it copies to the client as they arrive, and the
+// trailers, which it puts in the header map after the body. So every header
+// block is scrubbed as it goes out, and the trailers once the reverse proxy
+// is done (done), before the server sends them.
+type scrubWriter struct {
+	http.ResponseWriter
+	key string
+}
+
+func (w *scrubWriter) WriteHeader(code int) {
+	scrubHeader(w.Header(), w.key)
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// done scrubs the trailers: call it when the reverse proxy has returned.
+func (w *scrubWriter) done() { scrubHeader(w.Header(), w.key) }
+
+func (w *scrubWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // redactReader replaces every occurrence of secret in what r yields. It holds
 // back only a tail of the input that may be the start of the secret, so a

@@ -28,7 +28,14 @@ func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request) {
 	default:
 		// The reverse proxy sends the tenant's own key, and answers as its
 		// policy says (passthroughCaller).
-		s.pass.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), passCallerKey{}, c)))
+		r = r.WithContext(context.WithValue(r.Context(), passCallerKey{}, c))
+		if c.upstreamKey == "" {
+			s.pass.ServeHTTP(sw, r)
+			break
+		}
+		scrub := &scrubWriter{ResponseWriter: sw, key: c.upstreamKey}
+		s.pass.ServeHTTP(scrub, r)
+		scrub.done()
 	}
 	if ce := s.log.Check(zap.InfoLevel, "request"); ce != nil {
 		status := sw.status

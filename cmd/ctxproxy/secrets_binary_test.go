@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -187,4 +191,68 @@ func TestBinaryRatelimitHeadersAndLedgerFieldsAreOneRuleOnEveryRoute(t *testing.
 			}
 		}
 	})
+}
+
+// rawExchange sends a request with key over a connection of its own and returns every byte the
+// proxy answered (interim responses and trailers included), up to the connection's close.
+func rawExchange(t *testing.T, addr, method, target, key string) string {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Api-Key: %s\r\nAnthropic-Version: 2023-06-01\r\nTE: trailers\r\n\r\n",
+		method, target, key)
+	b, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// An upstream that echoes the credential it was sent in a 103 Early Hints response (as a value and
+// as a header name) and in trailers (one announced, one not): none of it reaches a client holding
+// only a ctxproxy key, on any pass-through route.
+func TestBinaryPassThroughScrubsInterimResponsesAndTrailers(t *testing.T) {
+	var credentials sync.Map // what the upstream was sent
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("X-Api-Key")
+		credentials.Store(key, true)
+		h := w.Header()
+		h.Set("Link", "</hint.css>; rel=preload; as=style")
+		h.Set("X-Echo-Key", key)
+		h.Set("X-Echo-"+key, "1")
+		w.WriteHeader(http.StatusEarlyHints)
+		clear(h)
+		h.Set("Trailer", "X-Echo-Trailer")
+		h.Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		io.WriteString(w, `{"data":[]}`)
+		h.Set("X-Echo-Trailer", key)
+		h.Set(http.TrailerPrefix+"X-Echo-Late", "key="+key)
+	}))
+	t.Cleanup(up.Close)
+	dir := t.TempDir()
+	p := startSecretProxy(t, "--upstream", up.URL, "--policies", vaultPolicies(t, ""), "--memory-dir", filepath.Join(dir, "mem"),
+		"--ledger", "file:"+filepath.Join(dir, "l.jsonl"))
+	secret := mintKey(t, p.Addr, "vault", "ana")
+	for _, path := range []string{"/v1/models", "/v1/files", "/v1/messages/batches/msgbatch_1"} {
+		t.Run(path, func(t *testing.T) {
+			got := rawExchange(t, p.Addr, "GET", path, secret)
+			if _, ok := credentials.Load(e2eVaultKey); !ok {
+				t.Fatal("the upstream never got the tenant's key: the test tests nothing")
+			}
+			if strings.Contains(got, e2eVaultKey) {
+				t.Fatalf("the tenant's key reached the client:\n%s", got)
+			}
+			// Scrubbed, not lost: the hint, the reply and the trailers still arrive.
+			for _, want := range []string{"HTTP/1.1 103 Early Hints", "Link: </hint.css>", "X-Echo-Key: [redacted]",
+				"HTTP/1.1 200 OK", `{"data":[]}`, "X-Echo-Trailer: [redacted]", "X-Echo-Late: key=[redacted]"} {
+				if !strings.Contains(got, want) {
+					t.Errorf("no %q in the reply:\n%s", want, got)
+				}
+			}
+		})
+	}
 }
