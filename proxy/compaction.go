@@ -1,9 +1,10 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
+	"fmt"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -120,46 +121,43 @@ func (x *exchange) measureCompactions() {
 	}
 }
 
+// countTokensRoute is the route of a compaction measurement's call: shared,
+// only read (newRequest takes its method, path and query).
+var countTokensRoute = &http.Request{Method: http.MethodPost, URL: &url.URL{Path: pathCountTokens}}
+
+// measureCompaction makes the count_tokens call of one measure, on the path
+// every upstream call takes (callUpstream: the tenant's headers, the span,
+// the reply scrubbed of the tenant's key), and records its ledger line.
 func (x *exchange) measureCompaction(ctx context.Context, m compactionMeasure) error {
-	target := *x.s.up.base
-	target.Path = singleJoiningSlash(target.Path, "/v1/messages/count_tokens")
-	target.RawPath, target.RawQuery = "", ""
-	resp, err := x.s.up.do(ctx, func(int) (*http.Response, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), bytes.NewReader(m.body))
-		if err != nil {
-			return nil, err
-		}
-		req.Header = x.req.header.Clone()
-		req.ContentLength = int64(len(m.body))
-		req.Host = target.Host
-		return x.s.up.send(req)
-	}, retryPolicy{})
+	resp, t0, err := x.callUpstream(ctx, countTokensRoute, [][]byte{m.body}, retryPolicy{})
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	if err := decodeBody(resp); err != nil {
-		return err
-	}
 	b, err := readReply(resp)
+	x.acct.waited(t0)
 	if err != nil {
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return &measureError{status: resp.StatusCode, body: string(b)}
+		// Not its body: an upstream that echoes requests could quote a key in it.
+		return &measureError{status: resp.StatusCode, requestID: resp.Header.Get("Request-Id")}
 	}
 	ct := tokens.ParseCountTokens(b)
 	c := x.ledgerCall(resp)
 	c.CountTokens, c.CompactedInputTokens = &ct, m.compacted
-	x.s.cfg.Recorder.Record(ctx, c)
+	c = x.s.cfg.Recorder.Record(ctx, c)
+	x.endCallSpan(&c, replyMeta{})
 	return nil
 }
 
+// measureError is a count_tokens call that did not answer 200: its status
+// and request id, which the operator can look up upstream.
 type measureError struct {
-	status int
-	body   string
+	status    int
+	requestID string
 }
 
 func (e *measureError) Error() string {
-	return "count_tokens answered " + http.StatusText(e.status) + ": " + e.body
+	return fmt.Sprintf("count_tokens answered %d %s (request-id %q)", e.status, http.StatusText(e.status), e.requestID)
 }

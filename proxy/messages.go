@@ -231,14 +231,29 @@ func pastLength(rd io.Reader) error {
 	return nil
 }
 
-// roundTrip sends body upstream, retrying per p, and returns the reply with
-// an identity body. t0 is when it was sent: the call's upstream time runs
-// until its reply was read (accounting.waited).
+// roundTrip sends body upstream on the client's route, retrying per p, and
+// returns the reply with an identity body. t0 is when it was sent: the
+// call's upstream time runs until its reply was read (accounting.waited).
 func (x *exchange) roundTrip(ctx context.Context, body [][]byte, p retryPolicy) (resp *http.Response, t0 time.Time, err error) {
+	return x.callUpstream(ctx, x.r, body, p)
+}
+
+// callUpstream is every upstream call of the exchange, one path: the
+// request newRequest builds with the exchange's upstream headers (the
+// tenant's key in place of the client's), the call's span and its trace
+// context, the count of calls, an identity body, and a reply scrubbed of
+// the tenant's key. route gives the method, path and query: the client's
+// own request (x.r), whose call may take the upload that went ahead and the
+// pooled body, or another route of the API (countTokensRoute).
+func (x *exchange) callUpstream(ctx context.Context, route *http.Request, body [][]byte, p retryPolicy) (resp *http.Response, t0 time.Time, err error) {
 	t0 = time.Now()
-	ctx = x.startCallSpan(ctx)
-	lead := x.req.lead
-	x.req.lead = nil
+	ctx = x.startCallSpan(ctx, route.URL.Path, body)
+	var lead *leadUpload
+	var lease *bodyLease
+	if route == x.r {
+		lead, lease = x.req.lead, x.req.lease
+		x.req.lead = nil
+	}
 	if lead != nil {
 		t0 = lead.t0
 	}
@@ -250,7 +265,7 @@ func (x *exchange) roundTrip(ctx context.Context, body [][]byte, p retryPolicy) 
 			}
 			t0 = time.Now() // the upstream saw no whole request: send it again, whole
 		}
-		req := x.s.up.newRequest(ctx, x.r, x.req.header, body, x.req.lease)
+		req := x.s.up.newRequest(ctx, route, x.req.header, body, lease)
 		x.injectTrace(ctx, req)
 		return x.s.up.send(req)
 	}, p)

@@ -40,8 +40,9 @@ func (x *exchange) startServerSpan(route string) {
 	x.spans.server = sp
 }
 
-// startCallSpan starts the client span of one upstream call.
-func (x *exchange) startCallSpan(ctx context.Context) context.Context {
+// startCallSpan starts the client span of one upstream call to path, which
+// sends body.
+func (x *exchange) startCallSpan(ctx context.Context, path string, body [][]byte) context.Context {
 	t := x.s.cfg.Tracer
 	if !t.Enabled() {
 		return ctx
@@ -56,7 +57,7 @@ func (x *exchange) startCallSpan(ctx context.Context) context.Context {
 		Round:     x.loop.round,
 		MaxTokens: q.info.MaxTokens,
 	}
-	if x.r.URL.Path == "/v1/messages/count_tokens" {
+	if path == pathCountTokens {
 		req.Operation = "count_tokens"
 	}
 	if q.pol != nil {
@@ -65,11 +66,7 @@ func (x *exchange) startCallSpan(ctx context.Context) context.Context {
 	ctx, x.spans.call = t.StartChat(ctx, req)
 	content := q.pol != nil && q.pol.Tracing.Content
 	if (q.info.Threaded || content) && x.spans.call.Recording() {
-		body := x.loop.body // the whole body, in memory proxy mode
-		if body == nil {
-			body = joinParts(q.parts)
-		}
-		r := gjson.GetManyBytes(body, "thread.previous_message_id", "messages")
+		r := gjson.GetManyBytes(joinParts(body), "thread.previous_message_id", "messages")
 		messages := ""
 		if content {
 			messages = r[1].Raw

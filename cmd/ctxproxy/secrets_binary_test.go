@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -254,5 +255,55 @@ func TestBinaryPassThroughScrubsInterimResponsesAndTrailers(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The compaction measurement's count_tokens call takes the path every upstream call takes: the
+// tenant's key goes upstream, and when the upstream answers with an error that quotes the key, the
+// operator's log line gives the status and request id, never the body.
+func TestBinaryCompactionMeasurementLogsNoUpstreamBody(t *testing.T) {
+	fake := fakeapi.New()
+	var measured sync.Map // the credentials count_tokens was sent
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/messages/count_tokens" {
+			fake.ServeHTTP(w, r)
+			return
+		}
+		key := r.Header.Get("X-Api-Key")
+		measured.Store(key, true)
+		w.Header().Set("Request-Id", "req_measure_1")
+		w.Header().Set("X-Echo-Key", key)
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `{"type":"error","error":{"type":"invalid_request_error","message":"no such key `+key+`"}}`)
+	}))
+	t.Cleanup(up.Close)
+	dir := t.TempDir()
+	pols := vaultPolicies(t, "context_management:\n  mode: enforce\n  compact:\n    trigger: { type: input_tokens, value: 50000 }\n    measure_savings: true\n")
+	p := startSecretProxy(t, "--upstream", up.URL, "--policies", pols, "--memory-dir", filepath.Join(dir, "mem"),
+		"--ledger", "file:"+filepath.Join(dir, "l.jsonl"))
+	long, _ := json.Marshal(strings.Repeat("log line ", 25000)) // about 56,000 tokens for the fake: it compacts
+	body := `{"model":"claude-opus-4-6","max_tokens":100,"messages":[{"role":"user","content":` + string(long) +
+		`},{"role":"assistant","content":"noted"},{"role":"user","content":"why does it fail?"}]}`
+	resp, reply := call(t, p.Addr, "POST", "/v1/messages", body, "X-Api-Key", vaultClientKey)
+	if resp.StatusCode != 200 || !strings.Contains(reply, `"type":"compaction"`) {
+		t.Fatalf("%d %.300s", resp.StatusCode, reply)
+	}
+	var line string
+	eventually(t, "the measurement's log line", func() {
+		for line == "" {
+			for _, l := range strings.Split(p.Log(), "\n") {
+				if strings.Contains(l, "compaction not measured") {
+					line = l
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	if _, ok := measured.Load(e2eVaultKey); !ok {
+		t.Fatal("the measurement did not send the tenant's key: the test tests nothing")
+	}
+	if strings.Contains(p.Log(), e2eVaultKey) || strings.Contains(line, "no such key") || !strings.Contains(line, "req_measure_1") ||
+		gjson.Get(line, "tenant").Str != "vault" {
+		t.Fatalf("the log line %s\n(log:\n%s)", line, p.Log())
 	}
 }
