@@ -42,7 +42,7 @@ func New(cfg Config) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !cfg.Auth.enabled() {
-			writeError(w, http.StatusNotFound, "not_found_error", "admin endpoints are disabled: start ctxproxy with --admin-token")
+			writeError(w, http.StatusNotFound, "not_found_error", "admin endpoints are disabled: start ctxproxy with CTXPROXY_ADMIN_TOKEN (or --admin-token) set")
 			return
 		}
 		p, ok := cfg.Auth.Authorize(r)

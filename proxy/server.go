@@ -146,7 +146,7 @@ func (s *Server) routes() *mux.Router {
 		r.PathPrefix("/admin/").Handler(s.cfg.Admin)
 	} else {
 		r.PathPrefix("/admin/").HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			writeError(w, http.StatusNotFound, "not_found_error", "the admin endpoints are disabled; start ctxproxy with --admin-token to enable them")
+			writeError(w, http.StatusNotFound, "not_found_error", "the admin endpoints are disabled; start ctxproxy with CTXPROXY_ADMIN_TOKEN (or --admin-token) set to enable them")
 		})
 	}
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -238,7 +238,8 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		w.Write(append(b, '}'))
 		return
 	}
-	b := append([]byte(`{"status":"ready","upstream":`), jsonstr.Append(nil, s.cfg.Upstream.String())...)
+	// Redacted, as the start-up log line: the URL may carry a password.
+	b := append([]byte(`{"status":"ready","upstream":`), jsonstr.Append(nil, s.cfg.Upstream.Redacted())...)
 	w.Write(append(b, '}'))
 }
 

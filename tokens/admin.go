@@ -25,7 +25,7 @@ func writeAPIError(w http.ResponseWriter, status int, typ, msg string) {
 func RequireAdminToken(token string, next http.Handler) http.Handler {
 	if token == "" {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			writeAPIError(w, http.StatusNotFound, "not_found_error", "admin endpoints are disabled: start ctxproxy with --admin-token")
+			writeAPIError(w, http.StatusNotFound, "not_found_error", "admin endpoints are disabled: start ctxproxy with CTXPROXY_ADMIN_TOKEN (or --admin-token) set")
 		})
 	}
 	want := sha256.Sum256([]byte(token)) // hashing equalises lengths for the constant-time compare

@@ -22,6 +22,7 @@ type config struct {
 	Ledger              string
 	Prices              string
 	AdminToken          string
+	AdminTokenFlag      bool // AdminToken came on the command line, where any local user can read it
 	MemoryAudit         string
 	UpstreamTimeout     time.Duration
 	StreamIdleTimeout   time.Duration
@@ -50,7 +51,7 @@ var serveFlags = []flagSpec{
 	{"forward-while-reading", "CTXPROXY_FORWARD_WHILE_READING", "false", "send a Messages or count_tokens body of 256 KiB or more upstream while it arrives (default: read each body whole first)"},
 	{"ledger", "CTXPROXY_LEDGER", "file:./data/ledger.jsonl", "usage ledger: file:PATH or a postgres:// URL"},
 	{"prices", "CTXPROXY_PRICES", "", "prices file laid over the built-in price table (default: prices.yaml in the policies folder, if any)"},
-	{"admin-token", "CTXPROXY_ADMIN_TOKEN", "", "token for /admin endpoints; unset disables them"},
+	{"admin-token", "CTXPROXY_ADMIN_TOKEN", "", "token for /admin endpoints; unset disables them. Set it in the environment: a flag's value is readable by every local user (ps, /proc/PID/cmdline)"},
 	{"memory-audit", "CTXPROXY_MEMORY_AUDIT", "", "audit log of the memory operator API and the console; unset: memory-audit.jsonl in the data folder (the parent of --memory-dir)"},
 	{"upstream-timeout", "CTXPROXY_UPSTREAM_TIMEOUT", "10m", "longest wait for the upstream's first byte"},
 	{"stream-idle-timeout", "CTXPROXY_STREAM_IDLE_TIMEOUT", "5m", "longest silence between stream events"},
@@ -142,6 +143,7 @@ func parseConfig(name string, args []string, getenv func(string) string, specs [
 	c.Ledger = get("ledger")
 	c.Prices = get("prices")
 	c.AdminToken = get("admin-token")
+	fs.Visit(func(f *flag.Flag) { c.AdminTokenFlag = c.AdminTokenFlag || f.Name == "admin-token" })
 	c.MemoryAudit = get("memory-audit")
 	c.DebugAddr = get("debug-addr")
 	c.LimitsStore = get("limits-store")

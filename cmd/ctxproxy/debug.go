@@ -2,11 +2,16 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
+	"os"
 	"runtime"
 	"runtime/metrics"
+	"slices"
+	"strings"
 )
 
 // debugHandler serves what --debug-addr exposes: net/http/pprof under
@@ -15,13 +20,63 @@ import (
 func debugHandler() http.Handler {
 	m := http.NewServeMux()
 	m.HandleFunc("/debug/pprof/", pprof.Index)
-	m.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	m.HandleFunc("/debug/pprof/cmdline", cmdline)
 	m.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	m.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	m.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	m.HandleFunc("/debug/stats", serveStats)
 	return m
 }
+
+// cmdline is pprof's /debug/pprof/cmdline without the secrets a command
+// line may hold (redactArgs).
+func cmdline(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, strings.Join(redactArgs(os.Args), "\x00"))
+}
+
+// redactArgs is args with the value of --admin-token (-admin-token, =value
+// or the next argument) replaced, and the password of every URL in them
+// (--upstream, a postgres:// or redis:// store) masked as url.Redacted does.
+func redactArgs(args []string) []string {
+	out := slices.Clone(args)
+	for i := 1; i < len(out); i++ {
+		a := out[i]
+		if a == "--" {
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		switch {
+		case !strings.HasPrefix(a, "-"):
+			out[i] = redactURL(a)
+		case name != "admin-token":
+			if hasValue {
+				out[i] = a[:len(a)-len(value)] + redactURL(value)
+			}
+		case hasValue:
+			out[i] = a[:len(a)-len(value)] + redacted
+		case i+1 < len(out):
+			i++
+			out[i] = redacted
+		}
+	}
+	return out
+}
+
+// redactURL is s with its password masked when it is a URL that has one.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	if _, ok := u.User.Password(); !ok {
+		return s
+	}
+	return u.Redacted()
+}
+
+const redacted = "[redacted]"
 
 // debugStats is /debug/stats: exact live-memory numbers, which the
 // Prometheus Go collector on /metrics only samples between collections.

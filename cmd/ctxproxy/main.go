@@ -111,6 +111,10 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		return err
 	}
 	defer stopLog()
+	if cfg.AdminTokenFlag {
+		lifecycle.Warn("--admin-token is on the command line, where every local user can read it (ps, /proc/PID/cmdline); " +
+			"set CTXPROXY_ADMIN_TOKEN in the environment instead")
+	}
 	up, err := url.Parse(cfg.Upstream)
 	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
 		return fmt.Errorf("--upstream %q: want an http(s) URL", cfg.Upstream)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -306,4 +307,60 @@ func TestBinaryCompactionMeasurementLogsNoUpstreamBody(t *testing.T) {
 		gjson.Get(line, "tenant").Str != "vault" {
 		t.Fatalf("the log line %s\n(log:\n%s)", line, p.Log())
 	}
+}
+
+// The upstream URL's password is not on /readyz, as it is not in the start-up log line. An admin
+// token given as a flag draws a warning at start (the environment is the place for it); neither is
+// on /debug/pprof/cmdline. An admin token given in the environment draws no warning.
+func TestBinaryKeepsUpstreamPasswordAndAdminTokenOutOfSight(t *testing.T) {
+	_, upURL := fakeUpstream(t)
+	const password, token = "upstream-s3cret-pass", "flag-admin-token-value"
+	withPassword := strings.Replace(upURL, "http://", "http://proxyuser:"+password+"@", 1)
+	const warning = "--admin-token is on the command line"
+	get := func(t *testing.T, url string) string {
+		t.Helper()
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	t.Run("flag: warned at start, redacted on /readyz and /debug/pprof/cmdline", func(t *testing.T) {
+		dir := t.TempDir()
+		p := startProxy(t, "--upstream", withPassword, "--policies", binPolicies(t), "--memory-dir", filepath.Join(dir, "mem"),
+			"--ledger", "file:"+filepath.Join(dir, "l.jsonl"), "--admin-token", token, "--debug-addr", "127.0.0.1:0")
+		ready := get(t, "http://"+p.Addr+"/readyz")
+		if strings.Contains(ready, password) || !strings.Contains(ready, "proxyuser") {
+			t.Errorf("/readyz: %s", ready)
+		}
+		if cmd := get(t, "http://"+p.Addrs["debug listening"]+"/debug/pprof/cmdline"); strings.Contains(cmd, token) ||
+			strings.Contains(cmd, password) || !strings.Contains(cmd, "--admin-token\x00[redacted]") || !strings.Contains(cmd, "proxyuser:xxxxx@") {
+			t.Errorf("/debug/pprof/cmdline: %q", cmd)
+		}
+		if !strings.Contains(p.Log(), warning) || !strings.Contains(p.Log(), "CTXPROXY_ADMIN_TOKEN") || strings.Contains(p.Log(), password) {
+			t.Errorf("log:\n%s", p.Log())
+		}
+	})
+	t.Run("environment: no warning", func(t *testing.T) {
+		dir := t.TempDir()
+		p := startSecretProxy(t, "--upstream", upURL, "--policies", binPolicies(t), "--memory-dir", filepath.Join(dir, "mem"),
+			"--ledger", "file:"+filepath.Join(dir, "l.jsonl"))
+		if resp, body := call(t, p.Addr, "GET", "/admin/keys?tenant=acme", "", "Authorization", "Bearer "+e2eAdminToken); resp.StatusCode != 200 {
+			t.Fatalf("the admin token from the environment: %d %s", resp.StatusCode, body)
+		}
+		if strings.Contains(p.Log(), warning) {
+			t.Errorf("warned without the flag:\n%s", p.Log())
+		}
+	})
+	t.Run("--help says to use the environment", func(t *testing.T) {
+		out, _ := exec.Command(binary(t), "--help").CombinedOutput()
+		if !regexp.MustCompile(`-admin-token string\n\s+token for /admin endpoints; unset disables them. Set it in the environment`).Match(out) {
+			t.Errorf("--help:\n%s", out)
+		}
+	})
 }
