@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -159,36 +160,65 @@ func (c *Console) versionOf(w http.ResponseWriter, r *http.Request, t, id, ver s
 	return v, true
 }
 
-// restoreConfirm asks before a restore; the POST does it.
+// restoreConfirm asks before a restore; the POST does it, if the memory
+// still has the content this page was shown with (expected_sha256: its
+// hash, or empty for a memory deleted meanwhile).
 func (c *Console) restoreConfirm(w http.ResponseWriter, r *http.Request) {
 	t, id := r.PathValue("tenant"), r.PathValue("id")
 	v, ok := c.versionOf(w, r, t, id, r.URL.Query().Get("version"))
 	if !ok {
 		return
 	}
+	expect := ""
+	m, err := c.cfg.Memory.MemoryByID(r.Context(), t, id)
+	switch {
+	case err == nil:
+		expect = m.SHA256
+	case !errors.Is(err, memoryhook.ErrNotExist):
+		c.fail(w, r, http.StatusServiceUnavailable, "The memory store could not be read: "+err.Error())
+		return
+	}
 	c.render(w, r, "restore", http.StatusOK, page{Title: t + " · restore", Tenant: t, Data: struct {
-		ID string
-		V  memoryhook.Version
-	}{id, v}})
+		ID     string
+		V      memoryhook.Version
+		Expect string
+	}{id, v, expect}})
 }
 
 // restore writes a version's content back as a new version, by the
-// signed-in operator, through the same preconditions as the model's writes
-// (the content the page showed must still be there, or nothing is written).
+// signed-in operator, through the same preconditions as the model's writes:
+// the content the confirmation page was shown with (expected_sha256) must
+// still be there, or nothing is written.
 func (c *Console) restore(w http.ResponseWriter, r *http.Request) {
 	t, id := r.PathValue("tenant"), r.PathValue("id")
-	ver, expect := r.PostFormValue("version"), r.PostFormValue("expected_sha256")
-	op := c.operator(r, t)
-	before := ""
-	if m, err := c.cfg.Memory.MemoryByID(r.Context(), t, id); err == nil {
-		before = m.SHA256
+	if c.cfg.Memory == nil {
+		c.fail(w, r, http.StatusNotFound, "This proxy has no memory store.")
+		return
 	}
-	m, err := op.Restore(r.Context(), id, ver, expect)
-	entry := memapi.AuditRecord{Operator: op.Sc.Actor.Operator, Tenant: t, Method: "POST", Path: r.URL.Path,
-		MemoryID: id, VersionID: ver, Before: before, After: m.SHA256, Detail: "console restore"}
+	ver := r.PostFormValue("version")
+	rec := auditOf(r)
+	rec.VersionID, rec.Detail = ver, "console restore"
+	expect, shown := r.PostForm["expected_sha256"]
+	if !shown || len(expect) != 1 {
+		c.fail(w, r, http.StatusBadRequest, "The form does not say what the memory held when it was shown (expected_sha256); nothing was written. Open the restore page again.")
+		return
+	}
+	m, err := c.cfg.Memory.MemoryByID(r.Context(), t, id)
+	switch {
+	case err == nil:
+		rec.Before = m.SHA256
+	case !errors.Is(err, memoryhook.ErrNotExist):
+		c.fail(w, r, http.StatusServiceUnavailable, "The memory store could not be read: "+err.Error())
+		return
+	}
+	// The page showed a live memory that is gone now, or a deleted one that
+	// is back: either way not what the operator confirmed.
+	if (err == nil) != (expect[0] != "") {
+		c.fail(w, r, http.StatusConflict, "The memory changed since the page was shown; nothing was written. Look at it again.")
+		return
+	}
+	m, err = c.operator(r, t).Restore(r.Context(), id, ver, expect[0])
 	if err != nil {
-		entry.Status = http.StatusConflict
-		c.audit(entry)
 		if errors.Is(err, memoryhook.ErrPrecondition) {
 			c.fail(w, r, http.StatusConflict, "The memory changed since the page was shown; nothing was written. Look at it again.")
 			return
@@ -196,8 +226,7 @@ func (c *Console) restore(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, "Restore failed: "+err.Error())
 		return
 	}
-	entry.Status = http.StatusOK
-	c.audit(entry)
+	rec.After = m.SHA256
 	http.Redirect(w, r, Prefix+"tenants/"+t+"/memory/"+m.ID+"?done=restored", http.StatusSeeOther)
 }
 
@@ -208,9 +237,11 @@ func (c *Console) export(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, "This proxy has no memory store.")
 		return
 	}
+	auditOf(r).Detail = "console export"
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Content-Disposition", `attachment; filename="`+memapi.StoreIDPrefix+t+`.jsonl"`)
 	if err := memapi.WriteExport(r.Context(), w, c.cfg.Memory, t, r.URL.Query().Get("history") == "true"); err != nil {
+		auditOf(r).Detail = "console export cut short"
 		c.cfg.Log.Error("console export cut short", zap.String("tenant", t), zap.Error(err))
 	}
 }
@@ -224,21 +255,23 @@ func (c *Console) purgeConfirm(w http.ResponseWriter, r *http.Request) {
 // typed the store's id.
 func (c *Console) purge(w http.ResponseWriter, r *http.Request) {
 	t := r.PathValue("tenant")
+	if c.cfg.Memory == nil {
+		c.fail(w, r, http.StatusNotFound, "This proxy has no memory store.")
+		return
+	}
 	if r.PostFormValue("confirm") != memapi.StoreIDPrefix+t {
 		c.fail(w, r, http.StatusBadRequest, "Type "+memapi.StoreIDPrefix+t+" to confirm; nothing was erased.")
 		return
 	}
 	files, versions, err := c.cfg.Memory.Purge(r.Context(), t)
-	s, _ := session(r)
-	entry := memapi.AuditRecord{Operator: s.who.Name, Tenant: t, Method: "POST", Path: r.URL.Path, Status: http.StatusOK,
-		Detail: "console purge: " + itoa(files) + " files, " + itoa(versions) + " versions"}
+	rec := auditOf(r)
 	if err != nil {
-		entry.Status, entry.Detail = http.StatusServiceUnavailable, "console purge failed"
-		c.audit(entry)
+		rec.Detail = "console purge failed"
 		c.fail(w, r, http.StatusServiceUnavailable, "Purge failed: "+err.Error())
 		return
 	}
-	c.audit(entry)
+	rec.Detail = "console purge: " + itoa(files) + " files, " + itoa(versions) + " versions"
+	s, _ := session(r)
 	c.cfg.Log.Warn("memory store purged", zap.String("tenant", t), zap.String("operator", s.who.Name),
 		zap.Int("files", files), zap.Int("versions", versions))
 	http.Redirect(w, r, Prefix+"tenants/"+t+"/memory?done=purged", http.StatusSeeOther)
@@ -254,14 +287,29 @@ func (c *Console) operator(r *http.Request, tenant string) memoryhook.Operator {
 	}}
 }
 
-func (c *Console) audit(e memapi.AuditRecord) {
-	if c.cfg.Audit == nil {
-		return
+type auditKey struct{}
+
+// memoryRoute is tenant, for a memory page or action: each call is in the
+// audit log, as the same read or write through /v1/memory_stores is
+// (memapi.ServeAudited), with the status the console answered.
+func (c *Console) memoryRoute(h http.HandlerFunc) http.HandlerFunc {
+	return c.tenant(func(w http.ResponseWriter, r *http.Request) {
+		s, _ := session(r)
+		rec := &memapi.AuditRecord{Operator: s.who.Name, Tenant: r.PathValue("tenant"), Method: r.Method,
+			Path: r.URL.Path, MemoryID: r.PathValue("id"), Detail: "console"}
+		memapi.ServeAudited(c.cfg.Audit, c.cfg.Log, rec, w, func(w http.ResponseWriter) {
+			h(w, r.WithContext(context.WithValue(r.Context(), auditKey{}, rec)))
+		})
+	})
+}
+
+// auditOf is the audit record of a memoryRoute call, for its handler to
+// fill in.
+func auditOf(r *http.Request) *memapi.AuditRecord {
+	if rec, ok := r.Context().Value(auditKey{}).(*memapi.AuditRecord); ok {
+		return rec
 	}
-	e.Time = c.cfg.Now().UTC()
-	if err := c.cfg.Audit.Append(e); err != nil {
-		c.cfg.Log.Error("console audit write failed", zap.String("tenant", e.Tenant), zap.Error(err))
-	}
+	return &memapi.AuditRecord{}
 }
 
 func itoa(n int) string { return strings.TrimSpace(groupDigits(int64(n))) }

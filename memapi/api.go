@@ -141,16 +141,29 @@ func (a *API) auth(h handler) http.Handler {
 			}
 		}
 		c.audit = AuditRecord{Operator: c.operator, Method: r.Method, Path: r.URL.Path}
-		rec := &statusWriter{ResponseWriter: w}
-		h(rec, c)
-		if a.cfg.Audit != nil {
-			c.audit.Time = time.Now().UTC()
-			c.audit.Status = rec.status
-			if err := a.cfg.Audit.Append(c.audit); err != nil {
-				a.cfg.Log.Error("memory audit log write failed", zap.String("tenant", c.audit.Tenant), zap.Error(err))
-			}
-		}
+		ServeAudited(a.cfg.Audit, a.cfg.Log, &c.audit, w, func(w http.ResponseWriter) { h(w, c) })
 	})
+}
+
+// ServeAudited serves one operator call (h) and appends rec to the audit
+// log with the status h answered, once h is done; h fills in what it learns
+// (tenant, memory, versions, content hashes, detail) as it goes. Every
+// operator surface that reads or writes memory (this API, the console)
+// audits its calls through this one function. A nil log audits nothing.
+func ServeAudited(log *Audit, zl *zap.Logger, rec *AuditRecord, w http.ResponseWriter, h func(http.ResponseWriter)) {
+	sw := &statusWriter{ResponseWriter: w}
+	h(sw)
+	if log == nil {
+		return
+	}
+	rec.Time = time.Now().UTC()
+	rec.Status = sw.status
+	if rec.Status == 0 {
+		rec.Status = http.StatusOK // net/http's answer to a handler that wrote nothing
+	}
+	if err := log.Append(*rec); err != nil {
+		zl.Error("memory audit log write failed", zap.String("tenant", rec.Tenant), zap.Error(err))
+	}
 }
 
 // statusWriter remembers the status for the audit log.
