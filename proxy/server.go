@@ -33,7 +33,7 @@ type Config struct {
 	Policies           *policy.Store
 	Memory             memoryhook.Store // nil: memory proxy mode answers tool errors
 	Recorder           *tokens.Recorder // nil: no accounting
-	Metrics            *tokens.Metrics  // nil: no /metrics
+	Metrics            *tokens.Metrics  // request metrics (the binary serves them on a listener of its own); nil: none
 	Tracer             *tracing.Tracer  // nil: no traces
 	Admin              http.Handler     // the operator API under /admin/ (package admin); nil: disabled
 	Console            http.Handler     // the operator console under /admin/ui/ (package console); nil: disabled
@@ -136,9 +136,6 @@ func (s *Server) routes() *mux.Router {
 	r.SkipClean(true) // paths go upstream as they came
 	r.HandleFunc("/healthz", s.healthz).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/readyz", s.readyz).Methods(http.MethodGet, http.MethodHead)
-	if s.cfg.Metrics != nil {
-		r.Handle("/metrics", s.cfg.Metrics.Handler()).Methods(http.MethodGet)
-	}
 	if s.cfg.Console != nil {
 		r.PathPrefix("/admin/ui/").Handler(s.cfg.Console)
 	}

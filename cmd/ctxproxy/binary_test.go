@@ -161,7 +161,7 @@ func TestBinaryServesRecordsAndReports(t *testing.T) {
 	pols := binPolicies(t)
 	ledger := filepath.Join(dir, "ledger.jsonl")
 	p := startProxy(t, "--upstream", upURL, "--policies", pols, "--memory-dir", filepath.Join(dir, "mem"),
-		"--ledger", "file:"+ledger, "--admin-token", "s3cret")
+		"--ledger", "file:"+ledger, "--admin-token", "s3cret", "--metrics-addr", "127.0.0.1:0")
 	fake.SetResponder(fakeapi.Script(
 		fakeapi.Reply{Content: []json.RawMessage{fakeapi.MemoryCreate("/memories/a.md", "hello")}, Usage: &fakeapi.Usage{InputTokens: 1000, OutputTokens: 100}},
 		fakeapi.Reply{Content: []json.RawMessage{fakeapi.Text("done")}, Usage: &fakeapi.Usage{InputTokens: 2000, OutputTokens: 200},
@@ -175,13 +175,7 @@ func TestBinaryServesRecordsAndReports(t *testing.T) {
 		t.Fatalf("memory file: %q %v", b, err)
 	}
 	// Metrics count both upstream calls of the loop.
-	mresp, err := http.Get("http://" + p.Addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metrics, _ := io.ReadAll(mresp.Body)
-	mresp.Body.Close()
-	if !strings.Contains(string(metrics), `ctxproxy_requests_total{`) {
+	if metrics := metricsText(t, p); !strings.Contains(metrics, `ctxproxy_requests_total{`) {
 		t.Fatalf("metrics lack ctxproxy_requests_total:\n%.2000s", metrics)
 	}
 	// The admin report needs the token.

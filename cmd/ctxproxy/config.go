@@ -28,6 +28,7 @@ type config struct {
 	StreamIdleTimeout   time.Duration
 	ShutdownGrace       time.Duration
 	DebugAddr           string
+	MetricsAddr         string
 	LimitsStore         string
 	RatelimitStore      string
 	DebugPoisonBuffers  bool
@@ -60,6 +61,7 @@ var serveFlags = []flagSpec{
 	{"ratelimit-store", "CTXPROXY_RATELIMIT_STORE", "", "per-minute limits: memory, redis://, or postgres:// (default: the limits store)"},
 	{"debug-addr", "CTXPROXY_DEBUG_ADDR", "", "address of a separate pprof and /debug/stats listener; keep it on 127.0.0.1; unset: off"},
 	{"debug-poison-buffers", "CTXPROXY_DEBUG_POISON_BUFFERS", "false", "a debugging aid: overwrite each pooled request-body buffer as it is released, so a value still pointing into one (a ledger line's model, a log field) shows the poison at once; costs a write of every large body"},
+	{"metrics-addr", "CTXPROXY_METRICS_ADDR", "", "address of the listener serving /metrics to Prometheus, apart from the agents' (it names every tenant, its spend and caps); unset: /metrics is on the --debug-addr listener, or nowhere"},
 }
 
 // boolFlags are the serve flags that are booleans: given bare, shown as
@@ -146,6 +148,7 @@ func parseConfig(name string, args []string, getenv func(string) string, specs [
 	fs.Visit(func(f *flag.Flag) { c.AdminTokenFlag = c.AdminTokenFlag || f.Name == "admin-token" })
 	c.MemoryAudit = get("memory-audit")
 	c.DebugAddr = get("debug-addr")
+	c.MetricsAddr = get("metrics-addr")
 	c.LimitsStore = get("limits-store")
 	c.RatelimitStore = get("ratelimit-store")
 	if v := get("max-body"); v != "" {

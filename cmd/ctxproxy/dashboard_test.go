@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -91,7 +90,7 @@ func TestDashboard(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy := startProxy(t, "--upstream", upURL, "--policies", pols, "--memory-dir", t.TempDir(),
-		"--ledger", "file:"+filepath.Join(t.TempDir(), "l.jsonl"))
+		"--ledger", "file:"+filepath.Join(t.TempDir(), "l.jsonl"), "--metrics-addr", "127.0.0.1:0")
 	// One ordinary request per tenant, each by its key (default by a key no tenant lists).
 	for _, key := range []string{binKey, cappedKey, "sk-ant-dashboard-no-tenant"} {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+proxy.Addr+"/v1/messages",
@@ -108,14 +107,9 @@ func TestDashboard(t *testing.T) {
 			t.Fatalf("request as %q: status %d", key, resp.StatusCode)
 		}
 	}
-	resp, err := http.Get("http://" + proxy.Addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	exposed, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	exposed := metricsText(t, proxy)
 	series := map[string]bool{}
-	for _, line := range strings.Split(string(exposed), "\n") {
+	for _, line := range strings.Split(exposed, "\n") {
 		if line == "" || line[0] == '#' {
 			continue
 		}

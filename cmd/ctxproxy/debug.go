@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,12 +14,83 @@ import (
 	"runtime/metrics"
 	"slices"
 	"strings"
+	"time"
+
+	"go.uber.org/zap"
 )
+
+// serveSideListeners opens the listeners beside the agents': --debug-addr
+// (pprof, /debug/stats) and --metrics-addr (/metrics). /metrics is never on
+// the agents' listener: it names every tenant, its spend and its caps, for
+// Prometheus only. Without --metrics-addr it is on the debug listener, and
+// without either it is not served. stop closes what was opened.
+func serveSideListeners(cfg *config, metrics http.Handler, log, lifecycle *zap.Logger) (stop func(), err error) {
+	var closers []func()
+	stop = func() {
+		for _, c := range closers {
+			c()
+		}
+	}
+	ownMetrics := cfg.MetricsAddr != "" && cfg.MetricsAddr != cfg.DebugAddr
+	if cfg.DebugAddr != "" {
+		h, serves := debugHandler(), "/debug/pprof/, /debug/stats"
+		if !ownMetrics {
+			h.Handle("GET /metrics", metrics)
+			serves += ", /metrics"
+		}
+		ln, err := serveSide("debug", cfg.DebugAddr, h, log)
+		if err != nil {
+			return stop, err
+		}
+		closers = append(closers, ln.close)
+		lifecycle.Info("debug listening", zap.String("addr", ln.addr), zap.String("serves", serves))
+		if !ln.loopback {
+			lifecycle.Warn("the debug listener is not on loopback: whoever reaches it can read profiles of the requests", zap.String("addr", ln.addr))
+		}
+	}
+	switch {
+	case ownMetrics:
+		h := http.NewServeMux()
+		h.Handle("GET /metrics", metrics)
+		ln, err := serveSide("metrics", cfg.MetricsAddr, h, log)
+		if err != nil {
+			stop()
+			return func() {}, err
+		}
+		closers = append(closers, ln.close)
+		lifecycle.Info("metrics listening", zap.String("addr", ln.addr), zap.String("serves", "/metrics"))
+	case cfg.DebugAddr == "":
+		lifecycle.Info("metrics not served: set --metrics-addr (CTXPROXY_METRICS_ADDR) for Prometheus to scrape /metrics")
+	}
+	return stop, nil
+}
+
+// sideListener is a listener serving beside the agents' one.
+type sideListener struct {
+	addr     string
+	loopback bool
+	close    func()
+}
+
+// serveSide serves h on addr (--name-addr) until close.
+func serveSide(name, addr string, h http.Handler, log *zap.Logger) (sideListener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return sideListener{}, fmt.Errorf("listen --%s-addr %s: %w", name, addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.Named(name))}
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			log.Error(name+" listener stopped", zap.Error(err))
+		}
+	}()
+	return sideListener{addr: ln.Addr().String(), loopback: isLoopback(ln.Addr()), close: func() { srv.Close() }}, nil
+}
 
 // debugHandler serves what --debug-addr exposes: net/http/pprof under
 // /debug/pprof/ and /debug/stats. It lives on its own listener, never the
 // proxy's: profiles show the internals of tenants' requests.
-func debugHandler() http.Handler {
+func debugHandler() *http.ServeMux {
 	m := http.NewServeMux()
 	m.HandleFunc("/debug/pprof/", pprof.Index)
 	m.HandleFunc("/debug/pprof/cmdline", cmdline)

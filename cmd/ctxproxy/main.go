@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -228,13 +227,11 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		}
 	}()
 
-	if cfg.DebugAddr != "" {
-		stopDebug, err := serveDebug(cfg.DebugAddr, log, lifecycle)
-		if err != nil {
-			return err
-		}
-		defer stopDebug()
+	stopSide, err := serveSideListeners(cfg, metrics.Handler(), log, lifecycle)
+	if err != nil {
+		return err
 	}
+	defer stopSide()
 	if cfg.DebugPoisonBuffers {
 		proxy.PoisonPooledBuffers(true)
 		lifecycle.Warn("request-body buffers are poisoned as they go back to their pool (--debug-poison-buffers): a debugging aid, it costs a write of every large body")
@@ -266,26 +263,6 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		log.Warn("grace period over; open requests were cut", zap.Error(err))
 	}
 	return nil
-}
-
-// serveDebug opens the --debug-addr listener (pprof, /debug/stats) and
-// logs its address; stop closes it.
-func serveDebug(addr string, log, lifecycle *zap.Logger) (stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen --debug-addr %s: %w", addr, err)
-	}
-	ds := &http.Server{Handler: debugHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.Named("debug"))}
-	go func() {
-		if err := ds.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			log.Error("debug listener stopped", zap.Error(err))
-		}
-	}()
-	lifecycle.Info("debug listening", zap.String("addr", ln.Addr().String()), zap.String("serves", "/debug/pprof/, /debug/stats"))
-	if !isLoopback(ln.Addr()) {
-		lifecycle.Warn("the debug listener is not on loopback: whoever reaches it can read profiles of the requests", zap.String("addr", ln.Addr().String()))
-	}
-	return func() { ds.Close() }, nil
 }
 
 // pricesFile is the prices file laid over the built-in table: --prices

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/ctxproxy/ctxproxy/internal/binaries"
 	"github.com/ctxproxy/ctxproxy/internal/stack"
 )
 
@@ -93,7 +94,8 @@ func TestBinaryPricesReloadWithThePolicies(t *testing.T) {
 	pols := binPolicies(t)
 	dir := t.TempDir()
 	ledger := filepath.Join(dir, "ledger.jsonl")
-	p := startProxy(t, "--upstream", upURL, "--policies", pols, "--memory-dir", filepath.Join(dir, "mem"), "--ledger", "file:"+ledger)
+	p := startProxy(t, "--upstream", upURL, "--policies", pols, "--memory-dir", filepath.Join(dir, "mem"), "--ledger", "file:"+ledger,
+		"--metrics-addr", "127.0.0.1:0")
 	if !strings.Contains(p.Log(), `"table":"built-in price table (`) {
 		t.Fatalf("the start does not say the built-in table is in force:\n%s", p.Log())
 	}
@@ -131,7 +133,7 @@ func TestBinaryPricesReloadWithThePolicies(t *testing.T) {
 					io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
 				}
-				if strings.Contains(metricsText(t, p.Addr), `ctxproxy_requests_total{model="claude-sonnet-4-5",status="200",tenant="zeta"}`) {
+				if strings.Contains(metricsText(t, p), `ctxproxy_requests_total{model="claude-sonnet-4-5",status="200",tenant="zeta"}`) {
 					return
 				}
 				time.Sleep(50 * time.Millisecond)
@@ -140,8 +142,13 @@ func TestBinaryPricesReloadWithThePolicies(t *testing.T) {
 	})
 }
 
-func metricsText(t *testing.T, addr string) string {
+// metricsText is /metrics of p, started with --metrics-addr.
+func metricsText(t *testing.T, p *binaries.Process) string {
 	t.Helper()
+	addr := p.Addrs["metrics listening"]
+	if addr == "" {
+		t.Fatalf("no metrics listener: start the proxy with --metrics-addr; log:\n%s", p.Log())
+	}
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)

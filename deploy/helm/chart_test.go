@@ -62,14 +62,47 @@ func TestChartRendersValidObjects(t *testing.T) {
 			checkPod(t, d.Spec.Template.Spec, c, appVersion, tc.grace)
 			checkStores(t, r, c, tc.postgres, tc.chartSecret)
 			checkNoSecretInPlainSight(t, r)
-			if len(r.Services) != 1 || r.Services[0].Spec.Ports[0].Port != 8080 || r.Services[0].Spec.Ports[0].TargetPort.StrVal != "http" {
-				t.Errorf("services: %+v", r.Services)
-			}
+			checkServices(t, r, c)
 			if !strings.Contains(r.Notes, "ANTHROPIC_BASE_URL=http://ctxproxy.gateway.svc:8080") {
 				t.Errorf("NOTES do not say how to point an agent at it:\n%s", r.Notes)
 			}
 		})
 	}
+}
+
+// checkServices: the agents' Service exposes the proxy's port only; /metrics
+// (every tenant's name, spend and caps) has a Service of its own, on the
+// container's metrics port.
+func checkServices(t *testing.T, r *rendered, c *corev1.Container) {
+	t.Helper()
+	ports := map[string][]corev1.ServicePort{}
+	for _, s := range r.Services {
+		ports[s.Name] = s.Spec.Ports
+	}
+	if p := ports["ctxproxy"]; len(p) != 1 || p[0].Port != 8080 || p[0].TargetPort.StrVal != "http" {
+		t.Errorf("the agents' Service: %+v", p)
+	}
+	if p := ports["ctxproxy-metrics"]; len(p) != 1 || p[0].TargetPort.StrVal != "metrics" || p[0].Port != containerPort(c, "metrics") || p[0].Port == 0 {
+		t.Errorf("the metrics Service: %+v (container ports %+v)", p, c.Ports)
+	}
+	if len(r.Services) != 2 {
+		t.Errorf("%d Services, want the agents' and the metrics'", len(r.Services))
+	}
+}
+
+// selected is the Services whose labels match a selector's.
+func selected(r *rendered, match map[string]string) []*corev1.Service {
+	var out []*corev1.Service
+next:
+	for _, s := range r.Services {
+		for k, v := range match {
+			if s.Labels[k] != v {
+				continue next
+			}
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 func checkReplicas(t *testing.T, r *rendered, replicas *int32, want int32) {
@@ -81,8 +114,11 @@ func checkReplicas(t *testing.T, r *rendered, replicas *int32, want int32) {
 		if len(r.HPAs) != 1 || r.HPAs[0].Spec.MaxReplicas != 6 || *r.HPAs[0].Spec.MinReplicas != 2 {
 			t.Errorf("HPAs: %+v", r.HPAs)
 		}
-		if len(r.ServiceMonitors) != 1 || r.ServiceMonitors[0].Spec.Endpoints[0].Path != "/metrics" || r.ServiceMonitors[0].Labels["release"] != "prometheus" {
+		if len(r.ServiceMonitors) != 1 || r.ServiceMonitors[0].Spec.Endpoints[0].Path != "/metrics" || r.ServiceMonitors[0].Labels["release"] != "prometheus" ||
+			r.ServiceMonitors[0].Spec.Endpoints[0].Port != "metrics" {
 			t.Errorf("ServiceMonitors: %+v", r.ServiceMonitors)
+		} else if got := selected(r, r.ServiceMonitors[0].Spec.Selector.MatchLabels); len(got) != 1 || got[0].Name != "ctxproxy-metrics" {
+			t.Errorf("the ServiceMonitor selects Services %v, want ctxproxy-metrics only", got)
 		}
 	} else {
 		if replicas == nil || *replicas != want {

@@ -68,8 +68,9 @@ func binary(t *testing.T, name string) string {
 
 // process is a started binary that logs JSON lines to stderr.
 type process struct {
-	Addr string
-	cmd  *exec.Cmd
+	Addr  string
+	Addrs map[string]string // the addr of each line before the ready line that has one, by msg
+	cmd   *exec.Cmd
 	mu   sync.Mutex
 	log  strings.Builder
 	done chan struct{}
@@ -87,18 +88,24 @@ func start(t *testing.T, cmd *exec.Cmd, readyMsg string) *process {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &process{cmd: cmd, done: make(chan struct{})}
+	p := &process{Addrs: map[string]string{}, cmd: cmd, done: make(chan struct{})}
 	addrc := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(nil, 1<<20)
+		ready := false
 		for sc.Scan() {
 			p.mu.Lock()
 			p.log.WriteString(sc.Text() + "\n")
 			p.mu.Unlock()
 			var l struct{ Msg, Addr string }
-			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == readyMsg && l.Addr != "" {
-				addrc <- l.Addr
+			if !ready && json.Unmarshal(sc.Bytes(), &l) == nil && l.Addr != "" {
+				if l.Msg == readyMsg {
+					ready = true
+					addrc <- l.Addr // Addrs is complete: no writes after this
+				} else {
+					p.Addrs[l.Msg] = l.Addr
+				}
 			}
 		}
 		_, _ = io.Copy(io.Discard, stderr)

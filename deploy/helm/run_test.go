@@ -108,6 +108,20 @@ func (p *pod) underRoot(v string, mounts []string) string {
 
 const chartKey = "sk-ant-helm-chart-test"
 
+// onLoopback moves the pod's listeners to ephemeral loopback ports: a test
+// cannot bind the chart's fixed ones.
+var onLoopback = map[string]string{"CTXPROXY_LISTEN": "127.0.0.1:0", "CTXPROXY_METRICS_ADDR": "127.0.0.1:0"}
+
+// containerPort is the number of c's port called name (0: none).
+func containerPort(c *corev1.Container, name string) int32 {
+	for _, p := range c.Ports {
+		if p.Name == name {
+			return p.ContainerPort
+		}
+	}
+	return 0
+}
+
 func acmePolicy(trigger int) string {
 	return fmt.Sprintf("tenant: acme\napi_keys_sha256: [%q]\n", keyHash(chartKey)) + fmt.Sprintf(
 		"context_management:\n  mode: enforce\n  clear_tool_uses:\n    trigger: { type: input_tokens, value: %d }\nmemory:\n  mode: proxy\n", trigger)
@@ -135,6 +149,9 @@ func TestChartConfigurationRunsTheBinary(t *testing.T) {
 	if got := envOf(c)["CTXPROXY_LISTEN"].Value; got != fmt.Sprintf("0.0.0.0:%d", c.Ports[0].ContainerPort) {
 		t.Fatalf("CTXPROXY_LISTEN %s is not the container port %d the probes and the Service use", got, c.Ports[0].ContainerPort)
 	}
+	if got, port := envOf(c)["CTXPROXY_METRICS_ADDR"].Value, containerPort(c, "metrics"); got != fmt.Sprintf("0.0.0.0:%d", port) {
+		t.Fatalf("CTXPROXY_METRICS_ADDR %s is not the metrics container port %d the ServiceMonitor scrapes", got, port)
+	}
 
 	t.Run("the migration Job migrates", func(t *testing.T) {
 		jc := &r.Jobs[0].Spec.Template.Spec.Containers[0]
@@ -147,9 +164,17 @@ func TestChartConfigurationRunsTheBinary(t *testing.T) {
 		}
 	})
 
-	proc := start(t, p.command(t, c, map[string]string{"CTXPROXY_LISTEN": "127.0.0.1:0"}), "ctxproxy listening")
+	proc := start(t, p.command(t, c, onLoopback), "ctxproxy listening")
 	base := "http://" + proc.Addr
 
+	t.Run("/metrics is served on the metrics port, not the agents'", func(t *testing.T) {
+		if code, body := get(t, "http://"+proc.Addrs["metrics listening"]+"/metrics"); code != 200 || !strings.Contains(body, `tenant="acme"`) {
+			t.Errorf("metrics port: %d %.300s", code, body)
+		}
+		if code, body := get(t, base+"/metrics"); code != 404 || strings.Contains(body, "acme") {
+			t.Errorf("the agents' port answers /metrics: %d %.300s", code, body)
+		}
+	})
 	t.Run("the probes answer", func(t *testing.T) {
 		for _, probe := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
 			if code, body := get(t, base+probe.HTTPGet.Path); code != 200 {
@@ -324,7 +349,7 @@ func TestChartOnFilesRunsTheBinary(t *testing.T) {
 	}
 	d, c := r.deployment(t)
 	p := materialise(t, r, d.Spec.Template.Spec, t.TempDir())
-	proc := start(t, p.command(t, c, map[string]string{"CTXPROXY_LISTEN": "127.0.0.1:0"}), "ctxproxy listening")
+	proc := start(t, p.command(t, c, onLoopback), "ctxproxy listening")
 	if code, body := get(t, "http://"+proc.Addr+c.ReadinessProbe.HTTPGet.Path); code != 200 {
 		t.Fatalf("readiness: %d %s", code, body)
 	}

@@ -147,6 +147,8 @@ capabilities:
 - name: CTXPROXY_DEBUG_ADDR
   value: {{ . | quote }}
 {{- end }}
+- name: CTXPROXY_METRICS_ADDR
+  value: {{ printf "0.0.0.0:%d" (int .Values.metricsPort) | quote }}
 {{- include "ctxproxy.storeEnv" . }}
 {{- with .Values.adminToken.existingSecret }}
 - name: CTXPROXY_ADMIN_TOKEN
