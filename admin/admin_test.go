@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -52,8 +53,8 @@ func call(t *testing.T, srv *httptest.Server, token, method, path, body string) 
 }
 
 func TestKeyAPI(t *testing.T) {
-	auth := Auth{AdminToken: adminToken, Operator: func(tok string) (Principal, bool) {
-		return Principal{Tenant: "acme", Name: "acme-ops"}, tok == operatorToken
+	auth := Auth{AdminToken: adminToken, Operator: func(h [32]byte) (Principal, bool) {
+		return Principal{Tenant: "acme", Name: "acme-ops"}, h == sha256.Sum256([]byte(operatorToken))
 	}}
 	srv, ring := newAPI(t, auth)
 	var created KeyJSON

@@ -26,9 +26,9 @@ func (p Principal) May(tenant string) bool { return p.Tenant == "" || p.Tenant =
 type Auth struct {
 	// AdminToken may do everything; "" disables it.
 	AdminToken string
-	// Operator finds a tenant's operator token (e.g. listed by its sha256 in
-	// the tenant's policy); nil when there are none.
-	Operator func(token string) (Principal, bool)
+	// Operator finds a tenant's operator token by its sha256 (as the
+	// tenant's policy lists it); nil when there are none.
+	Operator func(tokenSHA256 [32]byte) (Principal, bool)
 	// HasOperators says whether any operator token exists now (policies
 	// reload); nil means Operator alone decides.
 	HasOperators func() bool
@@ -58,15 +58,21 @@ func (a Auth) Token(tok string) (Principal, bool) {
 	if tok == "" {
 		return Principal{}, false
 	}
+	return a.TokenHash(sha256.Sum256([]byte(tok)))
+}
+
+// TokenHash finds the principal of the token whose sha256 is h: what a
+// console session keeps of the token it was opened with, so each request
+// finds its principal again and a token no longer accepted ends it.
+func (a Auth) TokenHash(h [32]byte) (Principal, bool) {
 	if a.AdminToken != "" {
-		// Hashing equalises lengths for the constant-time compare.
-		got, want := sha256.Sum256([]byte(tok)), sha256.Sum256([]byte(a.AdminToken))
-		if subtle.ConstantTimeCompare(got[:], want[:]) == 1 {
+		want := sha256.Sum256([]byte(a.AdminToken))
+		if subtle.ConstantTimeCompare(h[:], want[:]) == 1 {
 			return Principal{Name: "admin"}, true
 		}
 	}
 	if a.Operator != nil {
-		return a.Operator(tok)
+		return a.Operator(h)
 	}
 	return Principal{}, false
 }
@@ -86,8 +92,8 @@ func tokenFrom(r *http.Request) string {
 // or a token listed by its sha256 in a tenant's operator_tokens_sha256 for
 // that tenant only, as the policies in force say.
 func PolicyAuth(adminToken string, pols *policy.Store) Auth {
-	return Auth{AdminToken: adminToken, Operator: func(token string) (Principal, bool) {
-		p, name, ok := pols.Current().OperatorToken(token)
+	return Auth{AdminToken: adminToken, Operator: func(h [32]byte) (Principal, bool) {
+		p, name, ok := pols.Current().OperatorTokenHash(h)
 		if !ok {
 			return Principal{}, false
 		}

@@ -9,7 +9,8 @@
 // served from here, no script at all. Every view is a GET URL linked from
 // /admin/ui/; every action is a form POST carrying a CSRF token. The
 // Content-Security-Policy forbids every origin but this one, so the page
-// makes no external request.
+// makes no external request. A sign-in is a session of the console's own
+// (auth.go), kept server-side (Sessions).
 //
 // It has no logic of its own for what it shows: reports come from tokens,
 // spend from the limits enforcer, memory reads and writes from memoryhook's
@@ -25,6 +26,7 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"time"
@@ -54,9 +56,15 @@ type Config struct {
 	Keys     *keys.Keyring       // ctxproxy keys, by id
 	Ready    func(context.Context) []Check
 	Metrics  prometheus.Gatherer // recent errors by status
-	Audit    *memapi.Audit       // the operator audit log; restore and purge are recorded
+	Audit    *memapi.Audit       // the operator audit log; every memory page and action is recorded
 	Log      *zap.Logger
 	Now      func() time.Time // default time.Now
+	// Sessions keeps sign-ins; default: this process's memory (one replica).
+	Sessions Sessions
+	// TrustedProxies are the front proxies whose X-Forwarded-Proto says
+	// whether the browser's connection is TLS (the session cookie is then
+	// Secure).
+	TrustedProxies []netip.Prefix
 }
 
 // Check is one readiness check.
@@ -74,6 +82,7 @@ type Console struct {
 	cfg   Config
 	pages map[string]*template.Template
 	mux   *http.ServeMux
+	cross *http.CrossOriginProtection
 }
 
 // New builds the console.
@@ -84,7 +93,10 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	c := &Console{cfg: cfg, pages: map[string]*template.Template{}}
+	if cfg.Sessions == nil {
+		cfg.Sessions = NewMemorySessions()
+	}
+	c := &Console{cfg: cfg, pages: map[string]*template.Template{}, cross: http.NewCrossOriginProtection()}
 	names, err := fs.Glob(files, "templates/*.html")
 	if err != nil {
 		return nil, err
@@ -138,6 +150,12 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	if !c.cfg.Auth.Enabled() {
 		http.Error(w, "the operator console is disabled: start ctxproxy with --admin-token", http.StatusNotFound)
+		return
+	}
+	// A form posted from another origin (the browser says so) is refused
+	// before anything reads it: the sign-in's included.
+	if err := c.cross.Check(r); err != nil {
+		c.fail(w, r, http.StatusForbidden, "This form was posted from another site; nothing was done.")
 		return
 	}
 	c.mux.ServeHTTP(w, r)

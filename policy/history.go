@@ -44,10 +44,19 @@ func (ps *parser) history(n *yaml.Node, h *History) {
 // OperatorToken finds the tenant whose operator_tokens_sha256 lists
 // sha256(token), and the token's name (op-<first 8 hex of its sha256>).
 func (s *Set) OperatorToken(token string) (p *Policy, name string, ok bool) {
-	if s == nil || token == "" {
+	if token == "" {
 		return nil, "", false
 	}
-	h := sha256.Sum256([]byte(token))
+	return s.OperatorTokenHash(sha256.Sum256([]byte(token)))
+}
+
+// OperatorTokenHash is OperatorToken by the token's sha256: a console
+// session keeps only the hash, and finds its principal again by it on every
+// request (so removing the token from the policy ends the session).
+func (s *Set) OperatorTokenHash(h [32]byte) (p *Policy, name string, ok bool) {
+	if s == nil {
+		return nil, "", false
+	}
 	for _, t := range s.tenants {
 		for _, k := range t.OperatorTokens {
 			if subtle.ConstantTimeCompare(k[:], h[:]) == 1 {

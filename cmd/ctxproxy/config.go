@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,7 @@ type config struct {
 	ShutdownGrace       time.Duration
 	DebugAddr           string
 	MetricsAddr         string
+	TrustedProxies      []netip.Prefix
 	LimitsStore         string
 	RatelimitStore      string
 	DebugPoisonBuffers  bool
@@ -61,6 +63,7 @@ var serveFlags = []flagSpec{
 	{"ratelimit-store", "CTXPROXY_RATELIMIT_STORE", "", "per-minute limits: memory, redis://, or postgres:// (default: the limits store)"},
 	{"debug-addr", "CTXPROXY_DEBUG_ADDR", "", "address of a separate pprof and /debug/stats listener; keep it on 127.0.0.1; unset: off"},
 	{"debug-poison-buffers", "CTXPROXY_DEBUG_POISON_BUFFERS", "false", "a debugging aid: overwrite each pooled request-body buffer as it is released, so a value still pointing into one (a ledger line's model, a log field) shows the poison at once; costs a write of every large body"},
+	{"trusted-proxies", "CTXPROXY_TRUSTED_PROXIES", "", "comma-separated addresses or CIDRs of the front proxies whose X-Forwarded-Proto ctxproxy believes (the console's cookie is then Secure for https); unset: none"},
 	{"metrics-addr", "CTXPROXY_METRICS_ADDR", "", "address of the listener serving /metrics to Prometheus, apart from the agents' (it names every tenant, its spend and caps); unset: /metrics is on the --debug-addr listener, or nowhere"},
 }
 
@@ -149,6 +152,9 @@ func parseConfig(name string, args []string, getenv func(string) string, specs [
 	c.MemoryAudit = get("memory-audit")
 	c.DebugAddr = get("debug-addr")
 	c.MetricsAddr = get("metrics-addr")
+	if c.TrustedProxies, err = parsePrefixes(get("trusted-proxies")); err != nil {
+		return nil, fs, fmt.Errorf("--trusted-proxies: %w", err)
+	}
 	c.LimitsStore = get("limits-store")
 	c.RatelimitStore = get("ratelimit-store")
 	if v := get("max-body"); v != "" {
@@ -204,6 +210,26 @@ func normaliseBoolFlags(args []string, bools map[string]bool) []string {
 		out = append(out, a)
 	}
 	return out
+}
+
+// parsePrefixes reads "10.0.0.0/8, 192.168.1.7, ::1": addresses and CIDRs.
+func parsePrefixes(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(f); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(f)
+		if err != nil {
+			return nil, fmt.Errorf("%q is neither an IP address nor a CIDR", f)
+		}
+		out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+	}
+	return out, nil
 }
 
 // parseSize reads 32MiB, 1MB, 512KiB, 1048576.

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ctxproxy/ctxproxy/console"
+	"github.com/ctxproxy/ctxproxy/console/pgsessions"
 	"github.com/ctxproxy/ctxproxy/keys"
 	"github.com/ctxproxy/ctxproxy/memapi"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
@@ -19,14 +20,15 @@ import (
 // consoleParts is what the console reads: the same stores /admin and the
 // memory operator API use.
 type consoleParts struct {
-	mem     memoryhook.Store
-	audit   *memapi.Audit
-	ledger  tokens.Ledger
-	ring    *keys.Keyring
-	pols    *policy.Store
-	metrics *tokens.Metrics
-	caps    tokens.CapsFunc
-	limits  any // the limits store; checked when it can Ping
+	mem      memoryhook.Store
+	audit    *memapi.Audit
+	ledger   tokens.Ledger
+	ring     *keys.Keyring
+	pols     *policy.Store
+	metrics  *tokens.Metrics
+	caps     tokens.CapsFunc
+	limits   any // the limits store; checked when it can Ping
+	sessions console.Sessions
 }
 
 // consoleHandler is the operator console at /admin/ui/, under the same
@@ -41,6 +43,9 @@ func consoleHandler(cfg *config, p consoleParts, log *zap.Logger) http.Handler {
 		Log:      log,
 		Ready:    readyChecks(p),
 		Spend:    p.caps,
+		Sessions: p.sessions,
+		// Whether a sign-in came over TLS, for the session cookie's Secure.
+		TrustedProxies: cfg.TrustedProxies,
 	}
 	if g, ok := p.mem.(memoryhook.Governed); ok {
 		cc.Memory = g
@@ -54,6 +59,24 @@ func consoleHandler(cfg *config, p consoleParts, log *zap.Logger) http.Handler {
 		panic(err)
 	}
 	return c
+}
+
+// openConsoleSessions opens the store of the console's sign-ins: the memory
+// store's PostgreSQL database when it has one (a sign-in on one replica
+// serves the next page on any), else this process's memory (the file store
+// is one process's too). stop closes it.
+func openConsoleSessions(ctx context.Context, cfg *config, log *zap.Logger) (_ console.Sessions, stop func(), err error) {
+	if !isPostgresURL(cfg.MemoryStore) {
+		return console.NewMemorySessions(), func() {}, nil
+	}
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	st, err := pgsessions.Open(octx, cfg.MemoryStore)
+	if err != nil {
+		return nil, nil, err
+	}
+	log.Info("console sessions: PostgreSQL")
+	return st, st.Close, nil
 }
 
 // readyChecks are the console's health checks: memory store, ledger.

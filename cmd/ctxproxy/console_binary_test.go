@@ -1,19 +1,23 @@
 package main
 
 import (
+	"encoding/base64"
 	"html"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tidwall/gjson"
 
+	"github.com/ctxproxy/ctxproxy/internal/pgtest"
 	"github.com/ctxproxy/ctxproxy/internal/stack"
 	"github.com/ctxproxy/ctxproxy/internal/testwait"
 )
@@ -239,5 +243,237 @@ func TestConsoleMemoryReadsAreAudited(t *testing.T) {
 				t.Errorf("memory_id %q, want %s", r.Get("memory_id").String(), id)
 			}
 		})
+	}
+}
+
+// signIn posts the sign-in form as a browser on this console would (the
+// form's page fetched first, its cookie and CSRF token sent back), with hdr
+// added to the POST, and answers the POST's response, unfollowed.
+func signIn(t *testing.T, addr, token string, hdr http.Header) *http.Response {
+	t.Helper()
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noFollow.Get("http://" + addr + "/admin/ui/login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	form, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	req, _ := http.NewRequest("POST", "http://"+addr+"/admin/ui/login",
+		strings.NewReader(url.Values{"token": {token}, "csrf_token": {csrfOf(t, string(form))}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for _, c := range resp.Cookies() {
+		req.AddCookie(c)
+	}
+	for k, vs := range hdr {
+		req.Header[k] = vs
+	}
+	resp, err = noFollow.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+// sessionCookieOf is the session cookie a response sets, or nil.
+func sessionCookieOf(resp *http.Response) *http.Cookie {
+	for _, c := range resp.Cookies() {
+		if c.Name == "ctxproxy_session" && c.MaxAge > 0 {
+			return c
+		}
+	}
+	return nil
+}
+
+// withSession is the status and Location of GET path sent with only the
+// session cookie value, as any browser holding it would.
+func withSession(t *testing.T, addr, path, value string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
+	req.AddCookie(&http.Cookie{Name: "ctxproxy_session", Value: value})
+	resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("Location")
+}
+
+// The console's sign-in is a session of its own: a random id in the cookie
+// (nothing of the token), kept on the server, ended by sign-out and by the
+// token's removal from the policies; the sign-in form is refused from
+// another site or without its CSRF token.
+func TestConsoleSignInIsASessionOfItsOwn(t *testing.T) {
+	st := startConsole(t)
+	ok := func(t *testing.T, value string) bool {
+		t.Helper()
+		code, _ := withSession(t, st.addr, "/admin/ui/", value)
+		return code == http.StatusOK
+	}
+
+	t.Run("a sign-in posted from another site is refused and opens no session", func(t *testing.T) {
+		for name, hdr := range map[string]http.Header{
+			"Sec-Fetch-Site: cross-site": {"Sec-Fetch-Site": {"cross-site"}},
+			"Origin of another host":     {"Origin": {"https://attacker.example"}},
+		} {
+			resp := signIn(t, st.addr, consoleAdmin, hdr)
+			if resp.StatusCode != http.StatusForbidden || sessionCookieOf(resp) != nil {
+				t.Errorf("%s: status %d, cookies %v", name, resp.StatusCode, resp.Cookies())
+			}
+		}
+	})
+	t.Run("a sign-in without the form's CSRF token is refused and opens no session", func(t *testing.T) {
+		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).PostForm(
+			"http://"+st.addr+"/admin/ui/login", url.Values{"token": {consoleAdmin}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || sessionCookieOf(resp) != nil {
+			t.Errorf("status %d, cookies %v", resp.StatusCode, resp.Cookies())
+		}
+	})
+
+	first := sessionCookieOf(signIn(t, st.addr, consoleAdmin, nil))
+	second := sessionCookieOf(signIn(t, st.addr, consoleAdmin, nil))
+	t.Run("the cookie is a random id: nothing of the token, another one each sign-in", func(t *testing.T) {
+		if first == nil || second == nil {
+			t.Fatal("a sign-in set no session cookie")
+		}
+		for _, c := range []*http.Cookie{first, second} {
+			if !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/admin/ui/" || c.Secure {
+				t.Errorf("cookie %+v: want HttpOnly, SameSite=Strict, Path=/admin/ui/, not Secure over plain HTTP", c)
+			}
+			raw, _ := base64.RawURLEncoding.DecodeString(c.Value)
+			if strings.Contains(c.Value, consoleAdmin) || strings.Contains(string(raw), consoleAdmin) ||
+				strings.Contains(c.Value, base64.RawURLEncoding.EncodeToString([]byte(consoleAdmin))) {
+				t.Errorf("the cookie %q carries the token", c.Value)
+			}
+		}
+		if first.Value == second.Value {
+			t.Error("two sign-ins got the same session id")
+		}
+		if !ok(t, first.Value) || !ok(t, second.Value) {
+			t.Error("a fresh session is not accepted")
+		}
+		if ok(t, base64.RawURLEncoding.EncodeToString([]byte(consoleAdmin))) {
+			t.Error("the token itself, base64, is still accepted as a cookie")
+		}
+	})
+	t.Run("sign-out ends the session on the server; another session of the token lives on", func(t *testing.T) {
+		jar, _ := cookiejar.New(nil)
+		u, _ := url.Parse("http://" + st.addr + "/admin/ui/")
+		jar.SetCookies(u, []*http.Cookie{{Name: "ctxproxy_session", Value: first.Value, Path: "/admin/ui/"}})
+		c := &http.Client{Jar: jar}
+		_, page := consoleGet(t, c, st.addr, "/admin/ui/")
+		resp, err := c.PostForm("http://"+st.addr+"/admin/ui/logout", url.Values{"csrf_token": {csrfOf(t, page)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if code, where := withSession(t, st.addr, "/admin/ui/", first.Value); code != http.StatusSeeOther || where != "/admin/ui/login" {
+			t.Errorf("the signed-out session's cookie, replayed: %d %s", code, where)
+		}
+		if !ok(t, second.Value) {
+			t.Error("sign-out ended another session too")
+		}
+	})
+	t.Run("removing the token from the policy ends its sessions, for good", func(t *testing.T) {
+		beta := sessionCookieOf(signIn(t, st.addr, consoleOperator, nil))
+		if beta == nil || !ok(t, beta.Value) {
+			t.Fatal("beta's operator token opened no session")
+		}
+		betaFile := filepath.Join(st.pols, "beta.yaml")
+		withToken, err := os.ReadFile(betaFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reload := func(body string) {
+			t.Helper()
+			if err := os.WriteFile(betaFile, []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			st.proc.Signal(syscall.SIGHUP)
+		}
+		reload(stack.TenantPolicy("beta", betaKey, "memory:\n  mode: proxy\n"))
+		testwait.Eventually(t, "beta's session refused once its token is gone", func() {
+			for ok(t, beta.Value) {
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+		// The token comes back: the session it had does not.
+		reload(string(withToken))
+		testwait.Eventually(t, "beta's token accepted again", func() {
+			for signIn(t, st.addr, consoleOperator, nil).StatusCode != http.StatusSeeOther {
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+		if ok(t, beta.Value) {
+			t.Error("the session of a removed token came back with the token")
+		}
+	})
+}
+
+// The session cookie is Secure when the browser's connection is TLS: here,
+// to a front proxy named by --trusted-proxies, which says so in
+// X-Forwarded-Proto. From any other peer the header is a client's claim and
+// changes nothing.
+func TestConsoleSessionCookieIsSecureBehindATrustedTLSProxy(t *testing.T) {
+	https := http.Header{"X-Forwarded-Proto": {"https"}}
+	t.Run("from a trusted proxy, https", func(t *testing.T) {
+		st := startConsole(t, "--trusted-proxies", "10.0.0.0/8, 127.0.0.1")
+		if c := sessionCookieOf(signIn(t, st.addr, consoleAdmin, https)); c == nil || !c.Secure {
+			t.Errorf("cookie %+v, want Secure", c)
+		}
+		if c := sessionCookieOf(signIn(t, st.addr, consoleAdmin, nil)); c == nil || c.Secure {
+			t.Errorf("plain HTTP through the proxy: cookie %+v, want not Secure", c)
+		}
+	})
+	t.Run("from a peer no one said to trust", func(t *testing.T) {
+		st := startConsole(t, "--trusted-proxies", "10.0.0.0/8")
+		if c := sessionCookieOf(signIn(t, st.addr, consoleAdmin, https)); c == nil || c.Secure {
+			t.Errorf("cookie %+v, want not Secure: the header came from an untrusted peer", c)
+		}
+	})
+}
+
+// With replicas on one PostgreSQL database, a session opened on one is
+// known to the other, and a sign-out on either ends it on both.
+func TestConsoleSessionsAreSharedByReplicas(t *testing.T) {
+	db := pgtest.New(t, "console_sessions")
+	shared := []string{"--memory-store", db.URL, "--ledger", db.URL}
+	a, b := startConsole(t, shared...), startConsole(t, shared...)
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar}
+	_, form := consoleGet(t, c, a.addr, "/admin/ui/login")
+	resp, err := c.PostForm("http://"+a.addr+"/admin/ui/login", url.Values{"token": {consoleAdmin}, "csrf_token": {csrfOf(t, form)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var value string
+	for _, ck := range jar.Cookies(&url.URL{Scheme: "http", Host: a.addr, Path: "/admin/ui/"}) {
+		if ck.Name == "ctxproxy_session" {
+			value = ck.Value
+		}
+	}
+	if value == "" {
+		t.Fatal("no session after signing in on replica a")
+	}
+	if code, where := withSession(t, b.addr, "/admin/ui/", value); code != http.StatusOK {
+		t.Fatalf("replica b does not know a's session: %d %s", code, where)
+	}
+	// Sign out on b.
+	bjar, _ := cookiejar.New(nil)
+	bjar.SetCookies(&url.URL{Scheme: "http", Host: b.addr, Path: "/admin/ui/"}, []*http.Cookie{{Name: "ctxproxy_session", Value: value, Path: "/admin/ui/"}})
+	bc := &http.Client{Jar: bjar}
+	_, page := consoleGet(t, bc, b.addr, "/admin/ui/")
+	if resp, err = bc.PostForm("http://"+b.addr+"/admin/ui/logout", url.Values{"csrf_token": {csrfOf(t, page)}}); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if code, _ := withSession(t, a.addr, "/admin/ui/", value); code != http.StatusSeeOther {
+		t.Errorf("replica a still serves the session signed out on b: %d", code)
 	}
 }

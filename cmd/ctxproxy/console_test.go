@@ -237,27 +237,40 @@ func chromiumPath(t *testing.T) string {
 	return ""
 }
 
-// consoleClient signs in with token and returns a client that keeps the
-// session cookie, and the CSRF token of the session's forms.
+// consoleClient signs in with token through the sign-in form, as a browser
+// does, and returns a client that keeps the session cookie, and the CSRF
+// token of the session's forms.
 func consoleClient(t *testing.T, addr, token string) (*http.Client, string) {
 	t.Helper()
 	jar, _ := cookiejar.New(nil)
 	c := &http.Client{Jar: jar}
-	resp, err := c.PostForm("http://"+addr+"/admin/ui/login", url.Values{"token": {token}})
+	resp, err := c.Get("http://" + addr + "/admin/ui/login")
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	resp, err = c.PostForm("http://"+addr+"/admin/ui/login", url.Values{"token": {token}, "csrf_token": {csrfOf(t, string(body))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("sign in: %d %s", resp.StatusCode, body)
 	}
-	i := strings.Index(string(body), `name="csrf_token" value="`)
+	return c, csrfOf(t, string(body))
+}
+
+// csrfOf is the CSRF token of a page's forms.
+func csrfOf(t *testing.T, page string) string {
+	t.Helper()
+	i := strings.Index(page, `name="csrf_token" value="`)
 	if i < 0 {
-		t.Fatalf("no CSRF token on the signed-in page:\n%s", body)
+		t.Fatalf("no CSRF token on the page:\n%s", page)
 	}
-	rest := string(body)[i+len(`name="csrf_token" value="`):]
-	return c, rest[:strings.IndexByte(rest, '"')]
+	rest := page[i+len(`name="csrf_token" value="`):]
+	return rest[:strings.IndexByte(rest, '"')]
 }
 
 // TestConsoleTenantTokenStaysInItsTenant: beta's operator token reaches

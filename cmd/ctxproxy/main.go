@@ -174,6 +174,11 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		return err
 	}
 	defer stopMemAPI()
+	sessions, closeSessions, err := openConsoleSessions(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeSessions()
 
 	srv, err := proxy.New(proxy.Config{
 		Upstream:            up,
@@ -184,7 +189,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		Metrics:             metrics,
 		Tracer:              tracer,
 		Admin:               adminHandler(cfg, ledger, ring, pols, log, capsOf),
-		Console:             consoleHandler(cfg, consoleParts{mem: mem, audit: audit, ledger: ledger, ring: ring, pols: pols, metrics: metrics, caps: capsOf, limits: lim.Store()}, log),
+		Console:             consoleHandler(cfg, consoleParts{mem: mem, audit: audit, ledger: ledger, ring: ring, pols: pols, metrics: metrics, caps: capsOf, limits: lim.Store(), sessions: sessions}, log),
 		Keys:                ring,
 		Limits:              lim,
 		Log:                 log,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ctxproxy/ctxproxy/console/pgsessions"
 	"github.com/ctxproxy/ctxproxy/internal/pgmigrate"
 	"github.com/ctxproxy/ctxproxy/keys"
 	"github.com/ctxproxy/ctxproxy/limits"
@@ -29,7 +30,8 @@ var migrateTargets = []struct {
 	flag    string
 	schemas []pgmigrate.Schema
 }{
-	{"memory-store", append(append([]pgmigrate.Schema(nil), pgstore.Schemas...), keys.PGSchemas...)}, // the keys live with the memory
+	// The keys and the console's sessions live with the memory.
+	{"memory-store", append(append(append([]pgmigrate.Schema(nil), pgstore.Schemas...), keys.PGSchemas...), pgsessions.PGSchemas...)},
 	{"ledger", tokens.PGSchemas},
 	{"limits-store", limits.PGSchemas},
 }

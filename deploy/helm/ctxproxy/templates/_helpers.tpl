@@ -149,6 +149,10 @@ capabilities:
 {{- end }}
 - name: CTXPROXY_METRICS_ADDR
   value: {{ printf "0.0.0.0:%d" (int .Values.metricsPort) | quote }}
+{{- with .Values.trustedProxies }}
+- name: CTXPROXY_TRUSTED_PROXIES
+  value: {{ . | quote }}
+{{- end }}
 {{- include "ctxproxy.storeEnv" . }}
 {{- with .Values.adminToken.existingSecret }}
 - name: CTXPROXY_ADMIN_TOKEN
