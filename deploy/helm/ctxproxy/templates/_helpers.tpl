@@ -147,6 +147,10 @@ capabilities:
 - name: CTXPROXY_DEBUG_ADDR
   value: {{ . | quote }}
 {{- end }}
+{{- if .Values.debugPoisonBuffers }}
+- name: CTXPROXY_DEBUG_POISON_BUFFERS
+  value: "true"
+{{- end }}
 - name: CTXPROXY_METRICS_ADDR
   value: {{ printf "0.0.0.0:%d" (int .Values.metricsPort) | quote }}
 {{- with .Values.trustedProxies }}
