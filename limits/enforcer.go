@@ -91,7 +91,12 @@ type Request struct {
 
 // EstimateInputTokens is the input tokens a body of n bytes is held to before the reply says:
 // a quarter of its bytes, rounded up (JSON and English run to about four bytes a token).
-func EstimateInputTokens(n int) int64 { return (int64(n) + 3) / 4 }
+func EstimateInputTokens(n int) int64 {
+	if n <= 0 {
+		return 0
+	}
+	return int64(n)/4 + min(int64(n)%4, 1) // not (n+3)/4, which wraps for the largest n
+}
 
 // Ticket is an admitted request of a limited tenant. Exactly one of Settle and Release takes
 // effect; later calls do nothing.
@@ -123,11 +128,7 @@ func (e *Enforcer) Admit(ctx context.Context, req Request) (*Ticket, *Refusal) {
 		return t, nil
 	}
 	t.price = e.price(req.Model)
-	outCap := l.ReserveOutputTokens
-	if req.MaxTokens > 0 {
-		outCap = min(outCap, req.MaxTokens)
-	}
-	amount := tokens.Money(input)*t.price.Input + tokens.Money(outCap)*t.price.Output
+	amount := holdAmount(t.price, input, OutputHold(l, req.MaxTokens))
 	now := e.cfg.Now()
 	var ss []standing
 	t.counters, ss = counters(l, req.User, now)
@@ -150,6 +151,30 @@ func (e *Enforcer) Admit(ctx context.Context, req Request) (*Ticket, *Refusal) {
 	unifiedHeaders(t.header, binding(ss), now, "")
 	e.cfg.Metrics.observeStanding(t.tenant, ss)
 	return t, nil
+}
+
+// OutputHold is the output tokens a request with max_tokens maxTokens (0: absent) holds against
+// its tenant's caps: min(max_tokens, reserve_output_tokens).
+func OutputHold(l *policy.Limits, maxTokens int64) int64 {
+	if maxTokens > 0 {
+		return min(l.ReserveOutputTokens, maxTokens)
+	}
+	return l.ReserveOutputTokens
+}
+
+// maxAmount bounds every amount the enforcer holds or charges: twice the largest cap a policy
+// takes ($1e9), so a hold that big fits under no cap, and spend + holds + amount stays far from
+// int64's end in every store. (PostgreSQL's bigint would fail rather than wrap, and a failed
+// check serves an on_store_error: open tenant unchecked.)
+const maxAmount = tokens.Money(2_000_000_000_000_000_000)
+
+// bounded is m within [0, maxAmount].
+func bounded(m tokens.Money) tokens.Money { return min(max(m, 0), maxAmount) }
+
+// holdAmount is what input and output tokens hold at price p, saturating rather than wrapping
+// however large the counts or the price.
+func holdAmount(p tokens.Price, input, output int64) tokens.Money {
+	return bounded(p.Input.Times(input).Plus(p.Output.Times(output)))
 }
 
 // counters lists the spend counters of a request with their standings, sorted by (user,
@@ -237,7 +262,7 @@ func (t *Ticket) Settle(ctx context.Context, model string, u tokens.Usage) {
 	if pe, ok := t.e.prices.Load().prices.Lookup(model); ok {
 		price = pe.Price
 	}
-	cost := price.Cost(u)
+	cost := bounded(price.Cost(u))
 	// The request is over: its client may be gone, but its spend must still land.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()

@@ -266,3 +266,42 @@ func TestStoreDown(t *testing.T) {
 		})
 	}
 }
+
+// No count or price makes a hold wrap around int64 to an amount that fits under the cap.
+func TestHoldsSaturateInsteadOfWrapping(t *testing.T) {
+	prices, err := tokens.ParsePrices([]byte("models:\n  - model: m\n    input: 1\n    output: 9000000000000\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		req  func(pol *policy.Policy) Request
+	}{
+		{"4096 output tokens at $9e12 per million", func(pol *policy.Policy) Request {
+			return Request{Policy: pol, Model: "m", BodyBytes: 400, MaxTokens: 4096}
+		}},
+		{"a max_tokens past int64's reach, bounded by reserve_output_tokens", func(pol *policy.Policy) Request {
+			return Request{Policy: pol, Model: "m", BodyBytes: 400, MaxTokens: 1 << 62}
+		}},
+		{"a body as large as int allows", func(pol *policy.Policy) Request {
+			return Request{Policy: pol, Model: "unpriced", BodyBytes: int(^uint(0) >> 1), MaxTokens: 1}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			spend := NewMemoryStore()
+			e := New(Config{Spend: spend, Rate: NewMemoryRate(), Prices: prices})
+			pol := parsePolicy(t, dailyCap)
+			_, ref := e.Admit(context.Background(), c.req(pol))
+			if ref == nil || ref.Type != "billing_error" {
+				t.Fatalf("admitted past a $1 cap: %+v", ref)
+			}
+			if len(spend.holdKeys) != 0 {
+				t.Errorf("holds: %v", spend.holdKeys)
+			}
+		})
+	}
+	if got := OutputHold(&policy.Limits{ReserveOutputTokens: 4096}, 1<<62); got != 4096 {
+		t.Errorf("OutputHold = %d, want reserve_output_tokens", got)
+	}
+}

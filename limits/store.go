@@ -84,9 +84,9 @@ func (m *MemoryStore) Reserve(_ context.Context, id, tenant string, cs []Counter
 				delete(m.holds[k], hid) // a hold left by a request that never settled
 				continue
 			}
-			r.Reserved[i] += h.amount
+			r.Reserved[i] = r.Reserved[i].Plus(h.amount)
 		}
-		if r.Refused < 0 && r.Spent[i]+r.Reserved[i]+amount > c.Cap {
+		if r.Refused < 0 && r.Spent[i].Plus(r.Reserved[i]).Plus(amount) > c.Cap {
 			r.Refused = i
 		}
 	}
@@ -109,7 +109,8 @@ func (m *MemoryStore) Settle(_ context.Context, id, tenant string, cs []Counter,
 	defer m.mu.Unlock()
 	m.release(id)
 	for _, c := range cs {
-		m.spent[counterKey{tenant, c.User, c.Bucket}] += cost
+		k := counterKey{tenant, c.User, c.Bucket}
+		m.spent[k] = m.spent[k].Plus(cost)
 	}
 	return nil
 }

@@ -44,6 +44,12 @@ const (
 // when the policy does not say (limits.reserve_output_tokens).
 const DefaultReserveOutputTokens = 4096
 
+// MaxReserveOutputTokens is the most limits.reserve_output_tokens may say: more output tokens
+// than any model answers in one call (the largest max_tokens a model takes is 128,000; 300,000
+// for a batch with the output beta), and small enough that a hold at any listed price is an
+// exact amount, far from int64's end.
+const MaxReserveOutputTokens = 1_000_000
+
 // Limits is the limits block of a policy (issue 16): spend caps and per-minute rate limits.
 // The zero value limits nothing.
 type Limits struct {
@@ -133,7 +139,11 @@ func (ps *parser) limits(n *yaml.Node, l *Limits) {
 		case "input_tokens_per_minute":
 			l.InputTokensPerMinute, _ = ps.int(v, w, 1)
 		case "reserve_output_tokens":
-			if x, ok := ps.int(v, w, 1); ok {
+			x, ok := ps.int(v, w, 1)
+			switch {
+			case ok && x > MaxReserveOutputTokens:
+				ps.add(v.Line, "%s must be at most %d (no model answers more output tokens in one call), got %d", w, MaxReserveOutputTokens, x)
+			case ok:
 				l.ReserveOutputTokens = x
 			}
 		case "on_store_error":

@@ -10,14 +10,25 @@ import (
 // one rounding.
 type Ratio int64
 
-// apply is m × r, rounded half away from zero to the nano-dollar.
+// apply is m × r, rounded half away from zero to the nano-dollar; an amount past int64
+// saturates (Money.Times).
 func (r Ratio) apply(m Money) Money {
-	v := int64(m) * int64(r)
-	if v < 0 {
-		return Money(-((-v + 500) / 1000))
+	v := m.Times(int64(r))
+	if v == MaxMoney || v == MinMoney {
+		return v
 	}
-	return Money((v + 500) / 1000)
+	q, rem := v/1000, v%1000
+	switch {
+	case rem >= 500:
+		q++
+	case rem <= -500:
+		q--
+	}
+	return q
 }
+
+// Apply is m × r (a price factor on an amount), as the price table applies it.
+func (r Ratio) Apply(m Money) Money { return r.apply(m) }
 
 // Factors are the price table's factors (prices.yaml `factors:` and `web_search_per_1000`),
 // from the public pricing page (shared/spec/api-2026.md §3.4).
@@ -43,16 +54,16 @@ type CostBreakdown struct {
 
 // Total is the sum of the parts.
 func (b CostBreakdown) Total() Money {
-	return b.Input + b.Output + b.CacheWrite5m + b.CacheWrite1h + b.CacheRead + b.WebSearch + b.BatchDiscount
+	return b.Input.Plus(b.Output).Plus(b.CacheWrite5m).Plus(b.CacheWrite1h).Plus(b.CacheRead).Plus(b.WebSearch).Plus(b.BatchDiscount)
 }
 
 func (b *CostBreakdown) addTokens(pr Price, u Usage) {
 	oneHour := min(max(u.CacheCreation1hInputTokens, 0), u.CacheCreationInputTokens)
-	b.Input += Money(u.InputTokens) * pr.Input
-	b.Output += Money(u.OutputTokens) * pr.Output
-	b.CacheWrite5m += Money(u.CacheCreationInputTokens-oneHour) * pr.CacheWrite
-	b.CacheWrite1h += Money(oneHour) * pr.CacheWrite1h
-	b.CacheRead += Money(u.CacheReadInputTokens) * pr.CacheRead
+	b.Input = b.Input.Plus(pr.Input.Times(u.InputTokens))
+	b.Output = b.Output.Plus(pr.Output.Times(u.OutputTokens))
+	b.CacheWrite5m = b.CacheWrite5m.Plus(pr.CacheWrite.Times(u.CacheCreationInputTokens - oneHour))
+	b.CacheWrite1h = b.CacheWrite1h.Plus(pr.CacheWrite1h.Times(oneHour))
+	b.CacheRead = b.CacheRead.Plus(pr.CacheRead.Times(u.CacheReadInputTokens))
 }
 
 // TierBatch is usage.service_tier of a Message Batches call.
@@ -92,11 +103,11 @@ func (p *Prices) priceCall(c *Call, e *PriceEntry) (ok bool) {
 	savings := e.Price.Savings(ClearedInputTokens(c.Edits))
 	c.CompactionCost = compaction.Total()
 	if c.ServiceTier == TierBatch {
-		b.BatchDiscount = f.Batch.apply(tokens) - tokens
+		b.BatchDiscount = f.Batch.apply(tokens).Plus(-tokens)
 		savings = f.Batch.apply(savings)
 		c.CompactionCost = f.Batch.apply(c.CompactionCost)
 	}
-	b.WebSearch = Money(c.Usage.WebSearchRequests) * f.WebSearch
+	b.WebSearch = f.WebSearch.Times(c.Usage.WebSearchRequests)
 	c.Breakdown = b
 	c.Cost = b.Total()
 	c.Savings = savings
@@ -104,13 +115,13 @@ func (p *Prices) priceCall(c *Call, e *PriceEntry) (ok bool) {
 }
 
 func (b *CostBreakdown) add(o CostBreakdown) {
-	b.Input += o.Input
-	b.Output += o.Output
-	b.CacheWrite5m += o.CacheWrite5m
-	b.CacheWrite1h += o.CacheWrite1h
-	b.CacheRead += o.CacheRead
-	b.WebSearch += o.WebSearch
-	b.BatchDiscount += o.BatchDiscount
+	b.Input = b.Input.Plus(o.Input)
+	b.Output = b.Output.Plus(o.Output)
+	b.CacheWrite5m = b.CacheWrite5m.Plus(o.CacheWrite5m)
+	b.CacheWrite1h = b.CacheWrite1h.Plus(o.CacheWrite1h)
+	b.CacheRead = b.CacheRead.Plus(o.CacheRead)
+	b.WebSearch = b.WebSearch.Plus(o.WebSearch)
+	b.BatchDiscount = b.BatchDiscount.Plus(o.BatchDiscount)
 }
 
 // countCompactions is the number of compaction steps in the call's iterations.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -15,6 +16,41 @@ type Money int64
 
 // NanosPerUSD is the number of Money units in one US dollar.
 const NanosPerUSD = 1_000_000_000
+
+// MaxMoney and MinMoney are where Times and Plus stop instead of wrapping around.
+const (
+	MaxMoney = Money(math.MaxInt64)
+	MinMoney = Money(math.MinInt64)
+)
+
+// Times is n units at m each (tokens at a price per token). An amount past int64 saturates at
+// MaxMoney (MinMoney when negative) instead of wrapping to the other sign: a hold or a cost
+// built from a hostile or careless count can be too large, never negative.
+func (m Money) Times(n int64) Money {
+	if m == 0 || n == 0 {
+		return 0
+	}
+	p := int64(m) * n
+	if p/n != int64(m) || (n == -1 && m == MinMoney) || (m == -1 && n == math.MinInt64) {
+		if (m < 0) != (n < 0) {
+			return MinMoney
+		}
+		return MaxMoney
+	}
+	return Money(p)
+}
+
+// Plus is m + o, saturating like Times.
+func (m Money) Plus(o Money) Money {
+	s := m + o
+	switch {
+	case m > 0 && o > 0 && s < 0:
+		return MaxMoney
+	case m < 0 && o < 0 && s >= 0:
+		return MinMoney
+	}
+	return s
+}
 
 // USD is m as a float, for Prometheus counters and display only.
 func (m Money) USD() float64 { return float64(m) / NanosPerUSD }

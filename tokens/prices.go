@@ -289,19 +289,13 @@ func (p *Prices) Entries() []*PriceEntry {
 
 // Cost is the cost of u at price pr.
 func (pr Price) Cost(u Usage) Money {
-	oneHour := u.CacheCreation1hInputTokens
-	if oneHour > u.CacheCreationInputTokens || oneHour < 0 {
-		oneHour = u.CacheCreationInputTokens
-	}
-	return Money(u.InputTokens)*pr.Input +
-		Money(u.OutputTokens)*pr.Output +
-		Money(u.CacheCreationInputTokens-oneHour)*pr.CacheWrite +
-		Money(oneHour)*pr.CacheWrite1h +
-		Money(u.CacheReadInputTokens)*pr.CacheRead
+	var b CostBreakdown
+	b.addTokens(pr, u)
+	return b.Total()
 }
 
 // Savings is the estimated saving of clearing cleared input tokens: cleared × input price.
-func (pr Price) Savings(cleared int64) Money { return Money(cleared) * pr.Input }
+func (pr Price) Savings(cleared int64) Money { return pr.Input.Times(cleared) }
 
 // Price fills c.Cost, c.Breakdown, c.Savings, c.Compactions, c.CompactionCost and
 // c.PriceUnknown from c.Model, c.Usage, c.Iterations, c.ServiceTier and c.Edits. A model

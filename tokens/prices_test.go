@@ -246,6 +246,43 @@ func TestMoney(t *testing.T) {
 	}
 }
 
+func TestMoneyArithmeticSaturates(t *testing.T) {
+	tests := []struct {
+		name string
+		got  Money
+		want Money
+	}{
+		{"tokens at a price", Money(15_000).Times(4096), 61_440_000},
+		{"a product past int64 stops at the top", Money(9_000_000_000_000_000).Times(4096), MaxMoney},
+		{"a negative product past int64 stops at the bottom", Money(-9_000_000_000_000_000).Times(4096), MinMoney},
+		{"MinMoney times -1 stops at the top", MinMoney.Times(-1), MaxMoney},
+		{"zero tokens cost nothing", MaxMoney.Times(0), 0},
+		{"a sum past int64 stops at the top", MaxMoney.Plus(1), MaxMoney},
+		{"a negative sum past int64 stops at the bottom", MinMoney.Plus(-1), MinMoney},
+		{"an ordinary sum", Money(7).Plus(-9), -2},
+		{"a factor on a saturated amount stays saturated", Ratio(500).Apply(MaxMoney), MaxMoney},
+		{"a factor rounds half away from zero", Ratio(500).Apply(3), 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.got != tt.want {
+				t.Errorf("got %d, want %d", tt.got, tt.want)
+			}
+		})
+	}
+	t.Run("a hostile usage prices to a huge cost, never a negative one", func(t *testing.T) {
+		p, err := ParsePrices([]byte("models:\n  - model: m\n    input: 5\n    output: 25\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := Call{Model: "m", Usage: Usage{InputTokens: 1 << 62, OutputTokens: 1 << 62}}
+		p.Price(&c)
+		if c.Cost != MaxMoney {
+			t.Errorf("cost %d, want MaxMoney", c.Cost)
+		}
+	})
+}
+
 // exactTranscriptUsage is one call of a transcript with a compaction, a fallback
 // to another model and cache writes of both TTLs, as the API reports it (the
 // top-level usage leaves out the compaction step).
