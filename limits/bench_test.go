@@ -42,7 +42,7 @@ func BenchmarkAdmitSettle(b *testing.B) {
 				if ref != nil {
 					b.Fatal(ref.Message)
 				}
-				t.Settle(ctx, "m", tokens.Usage{InputTokens: 500, OutputTokens: 100})
+				t.Settle(ctx, 1_500_000) // 500 input and 100 output tokens at $1 and $10 per million
 			}
 		})
 	}

@@ -66,15 +66,11 @@ func New(cfg Config) *Enforcer {
 
 // SetPrices puts a reloaded price table in force for the requests admitted from now on.
 func (e *Enforcer) SetPrices(p *tokens.Prices) {
-	t := &priceTable{prices: p}
-	for _, pe := range p.Entries() {
-		pr := pe.Price
-		t.fallback.Input = max(t.fallback.Input, pr.Input, pr.CacheWrite, pr.CacheWrite1h)
-		t.fallback.Output = max(t.fallback.Output, pr.Output)
-	}
-	t.fallback.CacheWrite, t.fallback.CacheWrite1h, t.fallback.CacheRead = t.fallback.Input, t.fallback.Input, t.fallback.Input
-	e.prices.Store(t)
+	e.prices.Store(&priceTable{prices: p, fallback: p.Dearest()})
 }
+
+// Prices is the price table in force.
+func (e *Enforcer) Prices() *tokens.Prices { return e.prices.Load().prices }
 
 // SpendStoreName and RateStoreName say which stores are in use, for the start-up log line.
 func (e *Enforcer) SpendStoreName() string { return e.cfg.Spend.Name() }
@@ -105,7 +101,6 @@ type Ticket struct {
 	tenant   string
 	id       string
 	counters []Counter
-	price    tokens.Price
 	held     bool // a reservation is held in the store
 	done     atomic.Bool
 	header   http.Header // the unified headers for every response, nil for an uncapped tenant
@@ -127,8 +122,7 @@ func (e *Enforcer) Admit(ctx context.Context, req Request) (*Ticket, *Refusal) {
 	if !l.Capped() {
 		return t, nil
 	}
-	t.price = e.price(req.Model)
-	amount := holdAmount(t.price, input, OutputHold(l, req.MaxTokens))
+	amount := holdAmount(e.price(req.Model), input, OutputHold(l, req.MaxTokens))
 	now := e.cfg.Now()
 	var ss []standing
 	t.counters, ss = counters(l, req.User, now)
@@ -252,17 +246,14 @@ func (t *Ticket) Header(h http.Header) {
 	}
 }
 
-// Settle charges the request's real cost (usage summed over every upstream call it made) to its
-// counters and drops its reservation. Nil-safe.
-func (t *Ticket) Settle(ctx context.Context, model string, u tokens.Usage) {
+// Settle charges cost, what the request's upstream calls cost as the ledger priced them (summed
+// over every call, each tokens.Prices.Charge), to its counters and drops its reservation.
+// Nil-safe.
+func (t *Ticket) Settle(ctx context.Context, cost tokens.Money) {
 	if t == nil || t.counters == nil || !t.done.CompareAndSwap(false, true) {
 		return
 	}
-	price := t.price
-	if pe, ok := t.e.prices.Load().prices.Lookup(model); ok {
-		price = pe.Price
-	}
-	cost := bounded(price.Cost(u))
+	cost = bounded(cost)
 	// The request is over: its client may be gone, but its spend must still land.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()

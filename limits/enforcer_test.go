@@ -207,8 +207,8 @@ func TestSettleChargesTheRealCostOnce(t *testing.T) {
 	if ref != nil {
 		t.Fatal(ref.Message)
 	}
-	tk.Settle(context.Background(), "m", tokens.Usage{InputTokens: 1000, OutputTokens: 100}) // $0.001 + $0.001
-	tk.Settle(context.Background(), "m", tokens.Usage{InputTokens: 1000})
+	tk.Settle(context.Background(), usd(1)/5) // $0.002
+	tk.Settle(context.Background(), usd(1)/10)
 	tk.Release(context.Background())
 	key, _ := Bucket(policy.Daily, r.now)
 	got, _ := r.spend.Spent(context.Background(), "acme", []Counter{{Bucket: key}, {User: "u", Bucket: key}})
@@ -254,7 +254,7 @@ func TestStoreDown(t *testing.T) {
 				if ref != nil || tk == nil {
 					t.Fatalf("open: %+v", ref)
 				}
-				tk.Settle(context.Background(), "m", tokens.Usage{InputTokens: 1})
+				tk.Settle(context.Background(), 1000)
 				if got := testutil.ToFloat64(e.cfg.Metrics.storeErrs.WithLabelValues("acme", "served_unchecked")); got != 2 {
 					t.Errorf("unchecked = %v, want 2 (the rate check and the spend check)", got)
 				}

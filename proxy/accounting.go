@@ -17,6 +17,9 @@ type accounting struct {
 	upDur   time.Duration // time spent waiting on the upstream
 	memCmds int           // memory commands run
 	usage   tokens.Usage  // top-level usage summed over the calls
+	// cost is what the calls were billed, each as its ledger line prices it
+	// (tokens.Prices.Charge): what a capped tenant's counters are charged.
+	cost tokens.Money
 	// iterations are the calls' usage.iterations in order (nil when none had
 	// any): a client handed several calls as one message gets them all.
 	iterations []tokens.Iteration
@@ -47,8 +50,18 @@ func (x *exchange) record(resp *http.Response, r tokens.Reply, meta replyMeta) {
 	c.Iterations = r.Iterations
 	c.ServiceTier = r.ServiceTier
 	c.Edits = r.Edits
-	if rec := x.s.cfg.Recorder; rec != nil {
+	rec := x.s.cfg.Recorder
+	if rec != nil {
 		c = rec.Record(x.r.Context(), c)
+	}
+	if x.req.ticket != nil {
+		prices := x.s.cfg.Limits.Prices()
+		if rec != nil {
+			prices = rec.CurrentPrices()
+		} else {
+			prices.Price(&c)
+		}
+		x.acct.cost = x.acct.cost.Plus(prices.Charge(&c))
 	}
 	x.endCallSpan(&c, meta)
 }

@@ -4,7 +4,6 @@ import (
 	"net/http"
 
 	"github.com/ctxproxy/ctxproxy/limits"
-	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
 // checkLimits checks the request against its tenant's spend caps and per-minute limits (package
@@ -39,16 +38,16 @@ func (x *exchange) capHeaders(h http.Header) {
 	x.req.ticket.Header(h)
 }
 
-// settle charges what the request cost (every upstream call of it, memory rounds included), or
-// releases its reservation when it cost nothing.
+// settle charges what the request cost (every upstream call of it, memory rounds included, each
+// at its ledger line's cost), or releases its reservation when it cost nothing.
 func (x *exchange) settle() {
 	t := x.req.ticket
 	if t == nil {
 		return
 	}
-	if x.acct.usage == (tokens.Usage{}) {
+	if x.acct.cost == 0 { // no call, an error, a cancel, or a reply with no usage
 		t.Release(x.r.Context())
 		return
 	}
-	t.Settle(x.r.Context(), x.req.model, x.acct.usage)
+	t.Settle(x.r.Context(), x.acct.cost)
 }

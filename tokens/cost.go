@@ -70,10 +70,10 @@ func (b *CostBreakdown) addTokens(pr Price, u Usage) {
 const TierBatch = "batch"
 
 // priceCall prices c at entry e (the call's model): every iteration at its own model's price
-// when the reply had usage.iterations (the top-level usage leaves out compaction steps), else
+// (found by lookup) when the reply had usage.iterations (the top-level usage leaves out compaction steps), else
 // the usage; web searches per search; the batch tier's factor on the token cost and savings.
 // ok is false when an iteration names a model without a price.
-func (p *Prices) priceCall(c *Call, e *PriceEntry) (ok bool) {
+func (p *Prices) priceCall(c *Call, e *PriceEntry, lookup func(string) (*PriceEntry, bool)) (ok bool) {
 	f := p.Factors()
 	var b CostBreakdown
 	var compaction CostBreakdown
@@ -84,7 +84,7 @@ func (p *Prices) priceCall(c *Call, e *PriceEntry) (ok bool) {
 		it := &c.Iterations[i]
 		pe := e
 		if it.Model != "" && it.Model != c.Model {
-			if pe, ok = p.Lookup(it.Model); !ok {
+			if pe, ok = lookup(it.Model); !ok {
 				return false
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -287,24 +288,17 @@ func (p *Prices) Entries() []*PriceEntry {
 	return append([]*PriceEntry(nil), p.entries...)
 }
 
-// Cost is the cost of u at price pr.
-func (pr Price) Cost(u Usage) Money {
-	var b CostBreakdown
-	b.addTokens(pr, u)
-	return b.Total()
-}
-
 // Savings is the estimated saving of clearing cleared input tokens: cleared × input price.
 func (pr Price) Savings(cleared int64) Money { return pr.Input.Times(cleared) }
 
 // Price fills c.Cost, c.Breakdown, c.Savings, c.Compactions, c.CompactionCost and
 // c.PriceUnknown from c.Model, c.Usage, c.Iterations, c.ServiceTier and c.Edits. A model
 // without a price (the call's or an iteration's) gets PriceUnknown and zero amounts, which
-// reports show as unknown.
+// reports show as unknown. It is the one place a call's billed cost is made: the ledger writes
+// it, and spend caps are charged it (Charge).
 func (p *Prices) Price(c *Call) {
 	c.Compactions = countCompactions(c.Iterations)
-	e, ok := p.Lookup(c.Model)
-	if !ok || !p.priceCall(c, e) {
+	if !p.priceWith(c, p.Lookup) {
 		c.Cost, c.Savings, c.CompactionCost, c.Breakdown, c.PriceUnknown = 0, 0, 0, CostBreakdown{}, true
 		for i := range c.Iterations {
 			c.Iterations[i].Cost = 0
@@ -312,4 +306,45 @@ func (p *Prices) Price(c *Call) {
 		return
 	}
 	c.PriceUnknown = false
+}
+
+// priceWith prices c with the entries lookup finds; false when it finds none for a model the
+// call or one of its iterations names.
+func (p *Prices) priceWith(c *Call, lookup func(model string) (*PriceEntry, bool)) bool {
+	e, ok := lookup(c.Model)
+	return ok && p.priceCall(c, e, lookup)
+}
+
+// Charge is what a spend cap is charged for c, a call Price has priced: exactly its cost_usd in
+// the ledger. A call Price could not price (price_unknown) is charged what Price makes of it with
+// every model without a price at the table's dearest (Dearest), so a cap holds for a model
+// nobody priced. c is not changed.
+func (p *Prices) Charge(c *Call) Money {
+	if !c.PriceUnknown {
+		return c.Cost
+	}
+	cp := *c
+	cp.Iterations = slices.Clone(c.Iterations)
+	dear := &PriceEntry{Price: p.Dearest()}
+	p.priceWith(&cp, func(model string) (*PriceEntry, bool) {
+		if e, ok := p.Lookup(model); ok {
+			return e, true
+		}
+		return dear, true
+	})
+	return cp.Cost
+}
+
+// Dearest is the price a model without one is held and charged at by the spend caps: each
+// token kind at the highest price of any entry (input and cache writes at the highest of the
+// three), so a cap holds for a model nobody priced.
+func (p *Prices) Dearest() Price {
+	var d Price
+	for _, e := range p.Entries() {
+		pr := e.Price
+		d.Input = max(d.Input, pr.Input, pr.CacheWrite, pr.CacheWrite1h)
+		d.Output = max(d.Output, pr.Output)
+	}
+	d.CacheWrite, d.CacheWrite1h, d.CacheRead = d.Input, d.Input, d.Input
+	return d
 }

@@ -1,6 +1,7 @@
 package tokens
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -366,4 +367,44 @@ func TestPriceFactors(t *testing.T) {
 			t.Errorf("%q: no error", bad)
 		}
 	}
+}
+
+// Charge is what a spend cap is charged: the ledger's cost_usd for a priced call, every
+// iteration included; a call the table cannot price at its dearest prices, not at zero.
+func TestChargeIsTheLedgersCost(t *testing.T) {
+	p, err := ParsePrices([]byte("models:\n  - model: m\n    input: 1\n    output: 10\n  - model: dear\n    input: 5\n    output: 25\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	its := []Iteration{
+		{Type: IterationCompaction, Usage: Usage{InputTokens: 180_000, OutputTokens: 3000}},
+		{Type: IterationMessage, Usage: Usage{InputTokens: 1500, OutputTokens: 800}},
+	}
+	t.Run("a priced call: its cost_usd, iterations and batch tier included", func(t *testing.T) {
+		c := Call{Model: "m", Usage: Usage{InputTokens: 181_500, OutputTokens: 3800}, Iterations: slices.Clone(its), ServiceTier: TierBatch}
+		p.Price(&c)
+		if c.Cost != 109_750_000 || p.Charge(&c) != c.Cost { // ($0.18 + $0.03 + $0.0015 + $0.008) / 2
+			t.Errorf("cost %s, charge %s", c.Cost, p.Charge(&c))
+		}
+	})
+	t.Run("an unpriced model: charged at the dearest prices, the call unchanged", func(t *testing.T) {
+		c := Call{Model: "unknown", Usage: Usage{InputTokens: 181_500, OutputTokens: 3800}, Iterations: slices.Clone(its)}
+		p.Price(&c)
+		got := p.Charge(&c)
+		if !c.PriceUnknown || c.Cost != 0 || c.Iterations[0].Cost != 0 {
+			t.Errorf("Charge changed the call: %+v", c)
+		}
+		// The dearest input is dear's 1-hour cache write, 2 × $5; the dearest output $25.
+		if want := Money(181_500*10_000 + 3800*25_000); got != want {
+			t.Errorf("charge %s, want %s", got, want)
+		}
+	})
+	t.Run("an iteration on an unpriced model", func(t *testing.T) {
+		c := Call{Model: "m", Usage: Usage{InputTokens: 1500, OutputTokens: 800}, Iterations: []Iteration{
+			{Type: IterationFallbackMessage, Model: "unknown", Usage: Usage{InputTokens: 1000}}, its[1]}}
+		p.Price(&c)
+		if want := Money(1000*10_000 + 1500*1_000 + 800*10_000); !c.PriceUnknown || p.Charge(&c) != want {
+			t.Errorf("charge %s, want %s", p.Charge(&c), want)
+		}
+	})
 }
