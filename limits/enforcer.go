@@ -235,6 +235,9 @@ func (e *Enforcer) storeError(pol *policy.Policy, what string, err error) *Refus
 	return storeRefusal(pol, e.cfg.Now())
 }
 
+// Held reports whether the ticket holds a reservation against its tenant's caps. Nil-safe.
+func (t *Ticket) Held() bool { return t != nil && t.held }
+
 // Header adds the unified headers to a response of the ticket's tenant (a capped one; see also
 // HideUpstreamRatelimit). Nil-safe.
 func (t *Ticket) Header(h http.Header) {

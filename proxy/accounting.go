@@ -50,6 +50,7 @@ func (x *exchange) record(resp *http.Response, r tokens.Reply, meta replyMeta) {
 	c.Iterations = r.Iterations
 	c.ServiceTier = r.ServiceTier
 	c.Edits = r.Edits
+	c.Cut = r.Cut
 	rec := x.s.cfg.Recorder
 	if rec != nil {
 		c = rec.Record(x.r.Context(), c)

@@ -30,6 +30,15 @@ func (x *exchange) checkLimits(bodyBytes int) bool {
 	return true
 }
 
+// heldOutput is the output tokens the request holds against its tenant's caps, 0 when it holds
+// nothing.
+func (x *exchange) heldOutput() int64 {
+	if !x.req.ticket.Held() {
+		return 0
+	}
+	return limits.OutputHold(&x.req.pol.Limits, x.req.info.MaxTokens)
+}
+
 // capHeaders puts the tenant's cap on a relayed upstream reply (anthropic-ratelimit-unified-*)
 // and takes the upstream's organisation-wide ratelimit headers off it, for capped tenants only,
 // on every route.

@@ -193,9 +193,13 @@ func (rd *round) blockStart(ev sseEvent, sw *streamWriter) error {
 // blockEvent adds a delta to its block or ends the block, and relays it
 // under the block's client index unless the block is withheld.
 func (rd *round) blockEvent(ev sseEvent, sw *streamWriter) error {
+	delta := ev.Name[len("content_block_")] == 'd'
 	if !rd.memory {
 		if rd.phase != inMessage {
 			return malformedf("%s out of order", clip(ev.Name))
+		}
+		if delta {
+			rd.meter.Delta(ev.Data) // what a stream cut before message_delta is charged
 		}
 		sw.send(ev.Raw)
 		return nil
@@ -212,8 +216,9 @@ func (rd *round) blockEvent(ev sseEvent, sw *streamWriter) error {
 	if b.stopped {
 		return malformedf("%s for block %d after its content_block_stop", clip(ev.Name), idx)
 	}
-	if ev.Name[len("content_block_")] == 'd' {
+	if delta {
 		b.addDelta(ev.Data)
+		rd.meter.Delta(ev.Data)
 	} else {
 		b.stopped = true
 		rd.open--

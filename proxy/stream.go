@@ -13,6 +13,8 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 	"go.uber.org/zap"
+
+	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
 // The streaming path. Every event is written and flushed as it arrives (see
@@ -81,13 +83,24 @@ func (x *exchange) streamRound(ctx context.Context, sw *streamWriter) (*round, u
 	}
 	up.complete = rd.done
 	x.acct.waited(t0)
-	x.record(resp, rd.meter.Reply(), replyMeta{id: rd.id, model: rd.model, stopReason: rd.stopReason})
+	x.record(resp, x.roundReply(ctx, sw, rd), replyMeta{id: rd.id, model: rd.model, stopReason: rd.stopReason})
 	if ev, over := x.roundFailure(ctx, sw, up.ir, rd, err); over {
 		up.release()
 		sw.send(ev)
 		return nil, upstreamBody{}
 	}
 	return rd, up
+}
+
+// roundReply is what a relayed round is accounted as: what its stream said. A stream the
+// client cut before its message_delta never said its output tokens: it is charged the output its
+// relayed deltas carry or the output its request held against a cap, whichever is more
+// (tokens.StreamMeter.CutReply), and its ledger line says it was cut.
+func (x *exchange) roundReply(ctx context.Context, sw *streamWriter, rd *round) tokens.Reply {
+	if rd.phase == ending || rd.done || (sw.err == nil && ctx.Err() == nil) {
+		return rd.meter.Reply()
+	}
+	return rd.meter.CutReply(x.heldOutput())
 }
 
 // roundFailure says whether a relayed round ended the reply, and the error

@@ -36,6 +36,9 @@ type Call struct {
 	Compactions    int64
 	CompactionCost Money
 	PriceUnknown   bool // the model has no price: Cost and Savings are 0 but unknown
+	// Cut: the client cut the stream before its message_delta; Usage's output tokens are an
+	// estimate (StreamMeter.CutReply).
+	Cut bool
 	// CountTokens is set for a count_tokens call: what the API counted (input_tokens after the
 	// policy's edits, original_input_tokens before). Such a call is billed nothing: Usage, Cost
 	// and Savings stay zero and reports leave it out; the ledger keeps it so an operator sees
@@ -141,6 +144,7 @@ type record struct {
 	CostUSD      Money             `json:"cost_usd"`
 	SavingsUSD   Money             `json:"savings_usd"`
 	PriceUnknown bool              `json:"price_unknown"`
+	Cut          bool              `json:"cut,omitempty"`
 
 	// The breakdown of cost_usd (issue 15): written only when there is one.
 	ServiceTier       string            `json:"service_tier,omitempty"`
@@ -303,6 +307,9 @@ func AppendCall(b []byte, c *Call) []byte {
 	b = append(b, `,"savings_usd":`...)
 	b = c.Savings.appendDecimal(b, -1)
 	flag("price_unknown", c.PriceUnknown)
+	if c.Cut {
+		flag("cut", true)
+	}
 	if c.ServiceTier != "" {
 		str("service_tier", c.ServiceTier)
 	}
@@ -439,7 +446,7 @@ func UnmarshalCall(line []byte) (Call, error) {
 	c := Call{
 		Time: t, Tenant: r.Tenant, KeyID: r.KeyID, User: r.User, Model: r.Model, RequestID: r.RequestID, MessageID: r.MessageID,
 		Stream: r.Stream, Status: r.Status, Usage: r.Usage,
-		Cost: r.CostUSD, Savings: r.SavingsUSD, PriceUnknown: r.PriceUnknown,
+		Cost: r.CostUSD, Savings: r.SavingsUSD, PriceUnknown: r.PriceUnknown, Cut: r.Cut,
 		ServiceTier: r.ServiceTier, Iterations: iterationsFromRecord(r.Iterations), Breakdown: breakdownFromRecord(r.CostBreakdown),
 		Compactions: r.Compactions, CompactionCost: r.CompactionCostUSD,
 		CompactedInputTokens: r.CompactedInputTokens, CompactionSavings: r.CompactionSavingsUSD,

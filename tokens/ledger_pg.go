@@ -74,6 +74,10 @@ var PGSchema = pgmigrate.Schema{Name: "ledger", Versions: [][]string{
 		`ALTER TABLE ctxproxy_ledger ADD COLUMN compacted_input_tokens bigint NOT NULL DEFAULT 0,
 			ADD COLUMN compaction_savings_nano_usd bigint NOT NULL DEFAULT 0`,
 	},
+	// 6: a stream the client cut before its message_delta, charged an estimate.
+	{
+		`ALTER TABLE ctxproxy_ledger ADD COLUMN cut boolean NOT NULL DEFAULT false`,
+	},
 }}
 
 // OpenPGLedger connects to url (a pgx connection string; search_path and other runtime
@@ -105,9 +109,9 @@ const pgColumns = `INSERT INTO ctxproxy_ledger (time, tenant, model, request_id,
 		input_tokens, output_tokens, cache_creation_input_tokens, cache_creation_1h_input_tokens, cache_read_input_tokens,
 		applied_edits, cleared_input_tokens, cost_nano_usd, savings_nano_usd, price_unknown, key_id, user_name,
 		web_search_requests, service_tier, iterations, cost_breakdown, compactions, compaction_cost_nano_usd,
-		count_input_tokens, count_original_input_tokens, compacted_input_tokens, compaction_savings_nano_usd) VALUES `
+		count_input_tokens, count_original_input_tokens, compacted_input_tokens, compaction_savings_nano_usd, cut) VALUES `
 
-const pgNumColumns = 29
+const pgNumColumns = 30
 
 // AppendBatch inserts cs in one multi-row INSERT: all of them or none.
 func (l *PGLedger) AppendBatch(ctx context.Context, cs []Call) (int, error) {
@@ -163,7 +167,7 @@ func appendPGArgs(args []any, c *Call) []any {
 		u.InputTokens, u.OutputTokens, u.CacheCreationInputTokens, u.CacheCreation1hInputTokens, u.CacheReadInputTokens,
 		string(edits), c.ClearedInputTokens(), int64(c.Cost), int64(c.Savings), c.PriceUnknown, c.KeyID, c.User,
 		u.WebSearchRequests, c.ServiceTier, its, breakdown, c.Compactions, int64(c.CompactionCost),
-		countIn, countOrig, c.CompactedInputTokens, int64(c.CompactionSavings))
+		countIn, countOrig, c.CompactedInputTokens, int64(c.CompactionSavings), c.Cut)
 }
 
 // Query returns the calls matching f in insertion order.
@@ -179,7 +183,7 @@ func (l *PGLedger) Query(ctx context.Context, f Filter) ([]Call, error) {
 		input_tokens, output_tokens, cache_creation_input_tokens, cache_creation_1h_input_tokens, cache_read_input_tokens,
 		applied_edits::text, cost_nano_usd, savings_nano_usd, price_unknown, key_id, user_name,
 		web_search_requests, service_tier, iterations::text, cost_breakdown::text, compactions, compaction_cost_nano_usd,
-		count_input_tokens, count_original_input_tokens, compacted_input_tokens, compaction_savings_nano_usd
+		count_input_tokens, count_original_input_tokens, compacted_input_tokens, compaction_savings_nano_usd, cut
 		FROM ctxproxy_ledger
 		WHERE ($1 = '' OR tenant = $1) AND ($2::timestamptz IS NULL OR time >= $2) AND ($3::timestamptz IS NULL OR time < $3)
 		ORDER BY id`, f.Tenant, since, until)
@@ -198,7 +202,7 @@ func (l *PGLedger) Query(ctx context.Context, f Filter) ([]Call, error) {
 			&u.InputTokens, &u.OutputTokens, &u.CacheCreationInputTokens, &u.CacheCreation1hInputTokens, &u.CacheReadInputTokens,
 			&edits, &cost, &savings, &c.PriceUnknown, &c.KeyID, &c.User,
 			&u.WebSearchRequests, &c.ServiceTier, &its, &breakdown, &c.Compactions, &compactionCost, &countIn, &countOrig,
-			&c.CompactedInputTokens, &compactionSavings); err != nil {
+			&c.CompactedInputTokens, &compactionSavings, &c.Cut); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("query ledger: %w", err)
 		}

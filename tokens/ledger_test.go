@@ -31,6 +31,8 @@ func sampleCalls() []Call {
 			Usage: Usage{InputTokens: 10, OutputTokens: 20, CacheCreationInputTokens: 300, CacheCreation1hInputTokens: 100},
 			Edits: []AppliedEdit{{Type: "compact_20260112", ClearedInputTokens: 9, Raw: `{"type":"compact_20260112","cleared_input_tokens":9,"note":"x"}`}}},
 		{Time: t0.Add(25 * time.Hour), Tenant: "beta", Model: "gpt-4o", RequestID: "req_3", Status: 529, PriceUnknown: true},
+		{Time: t0.Add(25*time.Hour + time.Minute), Tenant: "beta", Model: "claude-opus-4-8", RequestID: "req_cut", Stream: true, Status: 200,
+			Usage: Usage{InputTokens: 12, OutputTokens: 4096}, Cost: 102_460_000, Cut: true},
 		{Time: t0.Add(26 * time.Hour), Tenant: "beta", Model: "claude-opus-4-6", RequestID: "req_4", Status: 200, ServiceTier: "batch",
 			Usage: Usage{InputTokens: 3000, OutputTokens: 300, CacheCreationInputTokens: 50, CacheCreation1hInputTokens: 20, WebSearchRequests: 2},
 			Iterations: []Iteration{
@@ -70,7 +72,7 @@ func TestMarshalCallLine(t *testing.T) {
 			`"price_unknown":false,"endpoint":"count_tokens","count_tokens":{"input_tokens":25000,"context_management":{"original_input_tokens":70000}}}`,
 			`"price_unknown":false,"endpoint":"count_tokens","count_tokens":{"input_tokens":12,"context_management":null}}`,
 		} {
-			c := sampleCalls()[4+i]
+			c := sampleCalls()[5+i]
 			b, _ := MarshalCall(&c)
 			if !strings.HasSuffix(string(b), want) {
 				t.Errorf("line %s\nwant suffix %s", b, want)
@@ -79,6 +81,16 @@ func TestMarshalCallLine(t *testing.T) {
 			if err != nil || !reflect.DeepEqual(back, c) {
 				t.Errorf("round trip = %+v (%v)", back, err)
 			}
+		}
+	})
+	t.Run("a stream the client cut says so", func(t *testing.T) {
+		c := sampleCalls()[3]
+		b, _ := MarshalCall(&c)
+		if !strings.HasSuffix(string(b), `"price_unknown":false,"cut":true}`) {
+			t.Errorf("line %s", b)
+		}
+		if back, err := UnmarshalCall(b); err != nil || !back.Cut {
+			t.Errorf("round trip = %+v (%v)", back, err)
 		}
 	})
 	if _, err := UnmarshalCall([]byte(`{"v":2,"time":"2026-01-01T00:00:00Z"}`)); err == nil {
@@ -638,7 +650,7 @@ func TestAppendCallMatchesTheRecordType(t *testing.T) {
 		}
 		r := record{V: LedgerVersion, Time: c.Time.UTC().Format(time.RFC3339Nano), Tenant: c.Tenant, KeyID: c.KeyID, User: c.User, Model: c.Model,
 			RequestID: c.RequestID, MessageID: c.MessageID, Stream: c.Stream, Status: c.Status, Usage: c.Usage,
-			AppliedEdits: edits, Cleared: c.ClearedInputTokens(), CostUSD: c.Cost, SavingsUSD: c.Savings, PriceUnknown: c.PriceUnknown,
+			AppliedEdits: edits, Cleared: c.ClearedInputTokens(), CostUSD: c.Cost, SavingsUSD: c.Savings, PriceUnknown: c.PriceUnknown, Cut: c.Cut,
 			ServiceTier: c.ServiceTier, Compactions: c.Compactions, CompactionCostUSD: c.CompactionCost,
 			CompactedInputTokens: c.CompactedInputTokens, CompactionSavingsUSD: c.CompactionSavings}
 		for _, it := range c.Iterations {

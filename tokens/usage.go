@@ -95,6 +95,9 @@ type Reply struct {
 	Edits       []AppliedEdit
 	// ErrorType is the error.type of an SSE error event (streams only).
 	ErrorType string
+	// Cut: the client cut the stream before its message_delta, so Usage is an estimate
+	// (StreamMeter.CutReply).
+	Cut bool
 }
 
 // ParseMessage reads usage and applied_edits from a non-streaming Messages reply body.
@@ -277,6 +280,9 @@ type StreamMeter struct {
 	r     Reply
 	start Usage // from message_start
 	delta Usage // latest non-zero values from message_delta
+	// produced is the bytes of text, thinking and tool input the content_block_delta events
+	// carried (Delta), JSON escapes included.
+	produced int64
 }
 
 // meterUsage reads the parts of a usage object that are not counters the meter merges:
@@ -350,6 +356,41 @@ func preferNonZero(dst *int64, v int64) {
 	if v != 0 {
 		*dst = v
 	}
+}
+
+// Delta feeds the data of a content_block_delta event: the text, thinking and partial tool input
+// it carries are output the model produced (OutputEstimate). data is not retained.
+func (m *StreamMeter) Delta(data []byte) {
+	d := gjson.Get(bytesView(data), "delta")
+	// The delta's own bytes less its envelope: no string of it is read, since gjson unescapes
+	// (allocates) a string it returns, and this runs on every delta of every stream.
+	var envelope int
+	switch d.Get("type").Str {
+	case "text_delta":
+		envelope = len(`{"type":"text_delta","text":""}`)
+	case "thinking_delta":
+		envelope = len(`{"type":"thinking_delta","thinking":""}`)
+	case "input_json_delta":
+		envelope = len(`{"type":"input_json_delta","partial_json":""}`)
+	default: // signatures and citations are not output the model wrote
+		return
+	}
+	m.produced += int64(max(len(d.Raw)-envelope, 0))
+}
+
+// OutputEstimate is the output tokens the deltas fed to Delta carry, at four bytes a token
+// (rounded up), as the input of a request is estimated before its reply says.
+func (m *StreamMeter) OutputEstimate() int64 { return m.produced/4 + min(m.produced%4, 1) }
+
+// CutReply is the reply of a stream its client cut before message_delta, which would have
+// said the output tokens: they are the most of what message_start said, OutputEstimate, and
+// floor (what the request held for its output against a spend cap, 0 for none). Cut is set;
+// usage.iterations, which come with message_delta, are not known.
+func (m *StreamMeter) CutReply(floor int64) Reply {
+	r := m.Reply()
+	r.Usage.OutputTokens = max(r.Usage.OutputTokens, m.OutputEstimate(), floor)
+	r.Iterations, r.Cut = nil, true
+	return r
 }
 
 // Result is the usage and applied edits seen so far.

@@ -251,3 +251,31 @@ func BenchmarkStreamMeterEvent(b *testing.B) {
 		i = (i + 1) % len(events)
 	}
 }
+
+// A stream cut before its message_delta is charged what it is known to have produced: the
+// output of its relayed deltas at four bytes a token, or the floor it held, whichever is more.
+func TestStreamMeterCutReply(t *testing.T) {
+	var m StreamMeter
+	m.Event("message_start", []byte(`{"type":"message_start","message":{"id":"msg_1","model":"m","usage":{"input_tokens":25,"output_tokens":1,"iterations":[{"type":"message","input_tokens":25,"output_tokens":1}]}}}`))
+	for _, d := range []string{
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"0123456789"}}`,
+		`{"type":"content_block_delta","index":1,"delta":{"type":"thinking_delta","thinking":"abc\"d"}}`,
+		`{"type":"content_block_delta","index":1,"delta":{"type":"signature_delta","signature":"not output the model wrote"}}`,
+		`{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"a\":"}}`,
+	} {
+		m.Delta([]byte(d))
+	}
+	if got := m.OutputEstimate(); got != 6 { // 10 + 6 + 7 bytes = 23 bytes: 6 tokens rounded up
+		t.Errorf("OutputEstimate = %d, want 6", got)
+	}
+	r := m.CutReply(0)
+	if !r.Cut || r.Usage.OutputTokens != 6 || r.Usage.InputTokens != 25 || r.Iterations != nil || r.ID != "msg_1" {
+		t.Errorf("CutReply(0) = %+v", r)
+	}
+	if r := m.CutReply(4096); r.Usage.OutputTokens != 4096 {
+		t.Errorf("CutReply(4096) output = %d, want the held 4096", r.Usage.OutputTokens)
+	}
+	if r := m.Reply(); r.Cut || r.Usage.OutputTokens != 1 {
+		t.Errorf("Reply after CutReply = %+v", r)
+	}
+}

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -205,5 +209,116 @@ func TestCapsSettleTheLedgersCost(t *testing.T) {
 		if got := m.spent(t); got != want {
 			t.Errorf("stream %v: the daily cap was charged %s; the ledger says %s", stream, got, want)
 		}
+	}
+}
+
+// holdingUpstream streams a message_start (25 input tokens, 1 output token) and deltas of text,
+// then holds the stream open before its message_delta until the proxy cancels it.
+func holdingUpstream(t *testing.T, deltas []string) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		fl := w.(http.Flusher)
+		event := func(name, data string) {
+			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, data)
+			fl.Flush()
+		}
+		event("message_start", `{"type":"message_start","message":{"id":"msg_cut","type":"message","role":"assistant","model":"m","content":[],`+
+			`"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":25,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}`)
+		event("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)
+		for _, d := range deltas {
+			event("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":`+string(mustQuote(d))+`}}`)
+		}
+		<-r.Context().Done()
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func mustQuote(s string) []byte {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// cutAfterDeltas streams body through the proxy and closes the connection once n text deltas
+// have arrived, before any message_delta.
+func cutAfterDeltas(t *testing.T, addr, body string, n int) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/messages", strings.NewReader(body))
+	req.Header.Set("X-Api-Key", capKey)
+	req.Header.Set("Anthropic-Version", "2023-06-01")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for seen := 0; seen < n && sc.Scan(); {
+		if sc.Text() == "event: message_delta" {
+			t.Fatal("message_delta reached the client")
+		}
+		if sc.Text() == "event: content_block_delta" {
+			seen++
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A client that cuts a stream before its message_delta is charged, in its ledger line and
+// against its cap, the output its relayed deltas carry or the output its request held,
+// whichever is more, and the line says "cut": true.
+func TestACutStreamIsChargedWhatItReceived(t *testing.T) {
+	cases := []struct {
+		name       string
+		deltas     []string
+		maxTokens  int
+		wantOutput int64
+	}{
+		{"60,000 tokens relayed: charged the 60,000 its deltas carry",
+			slices.Repeat([]string{strings.Repeat("abcd", 1000)}, 60), 100, 60_000},
+		{"10 tokens relayed: charged the 1,000 output tokens its request held",
+			[]string{strings.Repeat("abcd", 10)}, 1000, 1000},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir, _, err := stack.Layout(t.TempDir(), map[string]string{
+				"capped.yaml": stack.TenantPolicy("capped", capKey, "limits:\n  spend: [{period: daily, usd: 1}]\n"),
+				"prices.yaml": capPrices,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ledger := filepath.Join(t.TempDir(), "ledger.jsonl")
+			p := startProxy(t, "--upstream", holdingUpstream(t, c.deltas), "--policies", dir, "--memory-dir", t.TempDir(),
+				"--ledger", "file:"+ledger, "--admin-token", "adm")
+			m := &moneyStack{proc: p, ledger: ledger}
+			body := fmt.Sprintf(`{"model":"m","max_tokens":%d,"stream":true,"messages":[{"role":"user","content":"write"}]}`, c.maxTokens)
+			cutAfterDeltas(t, p.Addr, body, len(c.deltas))
+			line := m.ledgerLines(t, 1)[0]
+			if !line.Get("cut").Bool() || line.Get("usage.output_tokens").Int() != c.wantOutput || line.Get("usage.input_tokens").Int() != 25 {
+				t.Fatalf("ledger line %s: want cut, 25 input and %d output tokens", line.Raw, c.wantOutput)
+			}
+			want := tokens.Money(25*1000 + c.wantOutput*10_000)
+			if got := line.Get("cost_usd").String(); got != want.String() {
+				t.Errorf("cost_usd %s, want %s", got, want)
+			}
+			m.settled(t, 0)
+			if got := m.spent(t); got != want {
+				t.Errorf("the cap was charged %s, the ledger line says %s", got, want)
+			}
+		})
 	}
 }
