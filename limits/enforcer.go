@@ -113,20 +113,33 @@ func (e *Enforcer) Admit(ctx context.Context, req Request) (*Ticket, *Refusal) {
 	if pol == nil || !pol.Limits.Any() {
 		return nil, nil
 	}
-	l := &pol.Limits
 	input := EstimateInputTokens(req.BodyBytes)
-	if ref := e.checkRate(ctx, pol.Tenant, l, input); ref != nil {
+	amount := holdAmount(e.price(req.Model), input, OutputHold(&pol.Limits, req.MaxTokens))
+	return e.admit(ctx, pol, req.User, admission{requests: 1, input: input, amount: amount, what: "this request"})
+}
+
+// admission is what one admission charges: per-minute requests and input tokens, and the
+// amount it holds against the caps; what names it in a refusal.
+type admission struct {
+	requests, input int64
+	amount          tokens.Money
+	what            string
+}
+
+// admit checks a of a tenant with limits, holding a.amount on its spend counters.
+func (e *Enforcer) admit(ctx context.Context, pol *policy.Policy, user string, a admission) (*Ticket, *Refusal) {
+	l := &pol.Limits
+	if ref := e.checkRate(ctx, pol.Tenant, l, a.requests, a.input); ref != nil {
 		return nil, ref
 	}
 	t := &Ticket{e: e, tenant: pol.Tenant, id: newID()}
 	if !l.Capped() {
 		return t, nil
 	}
-	amount := holdAmount(e.price(req.Model), input, OutputHold(l, req.MaxTokens))
 	now := e.cfg.Now()
 	var ss []standing
-	t.counters, ss = counters(l, req.User, now)
-	res, err := e.cfg.Spend.Reserve(ctx, t.id, t.tenant, t.counters, amount, e.cfg.HoldTTL)
+	t.counters, ss = counters(l, user, now)
+	res, err := e.cfg.Spend.Reserve(ctx, t.id, t.tenant, t.counters, a.amount, e.cfg.HoldTTL)
 	if err != nil {
 		if ref := e.storeError(pol, "spend", err); ref != nil {
 			return nil, ref
@@ -138,7 +151,7 @@ func (e *Enforcer) Admit(ctx context.Context, req Request) (*Ticket, *Refusal) {
 		ss[i].exceeded = ss[i].spent >= ss[i].cap
 	}
 	if res.Refused >= 0 {
-		return nil, e.refuseSpend(pol, ss, res, res.Refused, amount, now)
+		return nil, e.refuseSpend(pol, ss, res, res.Refused, a.amount, a.what, now)
 	}
 	t.held = true
 	t.header = http.Header{}
@@ -256,14 +269,20 @@ func (t *Ticket) Settle(ctx context.Context, cost tokens.Money) {
 	if t == nil || t.counters == nil || !t.done.CompareAndSwap(false, true) {
 		return
 	}
+	t.e.settle(ctx, t.id, t.tenant, t.counters, cost)
+}
+
+// settle charges cost to counters cs of tenant and drops hold id (none when ""). The request is
+// over: its client may be gone, but its spend must still land. A store that fails is logged and
+// counted, with what the fields say.
+func (e *Enforcer) settle(ctx context.Context, id, tenant string, cs []Counter, cost tokens.Money, fields ...zap.Field) {
 	cost = bounded(cost)
-	// The request is over: its client may be gone, but its spend must still land.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := t.e.cfg.Spend.Settle(ctx, t.id, t.tenant, t.counters, cost); err != nil {
-		t.e.cfg.Metrics.settleFailed(t.tenant)
-		t.e.cfg.Log.Error("spend not recorded: limits store unreachable", zap.String("tenant", t.tenant),
-			zap.String("cost_usd", cost.String()), zap.Error(err))
+	if err := e.cfg.Spend.Settle(ctx, id, tenant, cs, cost); err != nil {
+		e.cfg.Metrics.settleFailed(tenant)
+		e.cfg.Log.Error("spend not recorded: limits store unreachable", append([]zap.Field{zap.String("tenant", tenant),
+			zap.String("cost_usd", cost.String()), zap.Error(err)}, fields...)...)
 	}
 }
 

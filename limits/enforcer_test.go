@@ -239,6 +239,12 @@ func (failingStore) UserSpend(context.Context, string, string) (map[string]token
 	return nil, errDown
 }
 func (failingStore) Name() string { return "down" }
+func (failingStore) OpenBatch(context.Context, Batch, time.Duration, time.Duration) error {
+	return errDown
+}
+func (failingStore) CloseBatch(context.Context, string, string) (Batch, bool, error) {
+	return Batch{}, false, errDown
+}
 func (failingStore) Take(context.Context, string, int64, int64) (bool, time.Duration, error) {
 	return false, 0, errDown
 }

@@ -161,6 +161,23 @@ var PGSchema = pgmigrate.Schema{Name: "limits", Versions: [][]string{
 				ON CONFLICT (tenant, end_user, bucket) DO UPDATE SET spent_nano = c.spent_nano + EXCLUDED.spent_nano, updated_at = now();
 		END $$`,
 	},
+	{
+		// Version 3: the Message Batches created through the proxy (BatchStore): the hold of a
+		// batch's requests and the counters its results' cost is charged to, until the first
+		// replica that sees its results closes it.
+		`CREATE TABLE ctxproxy_batches (
+			id         text        PRIMARY KEY,
+			tenant     text        NOT NULL,
+			hold_id    text        NOT NULL, -- '' when the batch holds nothing
+			users      text[]      NOT NULL, -- its counters, as the hold's rows name them
+			buckets    text[]      NOT NULL,
+			key_id     text        NOT NULL,
+			key_user   text        NOT NULL,
+			expires_at timestamptz NOT NULL,
+			closed_at  timestamptz
+		)`,
+		`CREATE INDEX ctxproxy_batches_expires ON ctxproxy_batches (expires_at)`,
+	},
 }}
 
 // OpenPGStore connects to url and brings the schema up to date.
@@ -280,4 +297,45 @@ func (s *PGStore) Spent(ctx context.Context, tenant string, cs []Counter) ([]tok
 		out[i] = tokens.Money(v)
 	}
 	return out, nil
+}
+
+func (s *PGStore) OpenBatch(ctx context.Context, b Batch, holdTTL, recordTTL time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	users, buckets, _ := columns(b.Counters)
+	// One statement: old records go, the hold lives on as the batch's, the batch is recorded.
+	_, err := s.pool.Exec(ctx, `WITH gone AS (DELETE FROM ctxproxy_batches WHERE expires_at <= clock_timestamp()),
+		held AS (UPDATE ctxproxy_spend_holds SET expires_at = clock_timestamp() + $8 * interval '1 millisecond'
+			WHERE id = $3 AND $3 <> '')
+		INSERT INTO ctxproxy_batches (id, tenant, hold_id, users, buckets, key_id, key_user, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, clock_timestamp() + $9 * interval '1 millisecond')
+		ON CONFLICT (id) DO NOTHING`,
+		b.ID, b.Tenant, b.HoldID, users, buckets, b.KeyID, b.User, holdTTL.Milliseconds(), recordTTL.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("record batch: %w", err)
+	}
+	return nil
+}
+
+func (s *PGStore) CloseBatch(ctx context.Context, id, tenant string) (Batch, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	b := Batch{ID: id, Tenant: tenant}
+	var users, buckets []string
+	err := s.pool.QueryRow(ctx, `UPDATE ctxproxy_batches SET closed_at = clock_timestamp()
+		WHERE id = $1 AND tenant = $2 AND closed_at IS NULL AND expires_at > clock_timestamp()
+		RETURNING hold_id, users, buckets, key_id, key_user`, id, tenant).Scan(&b.HoldID, &users, &buckets, &b.KeyID, &b.User)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Batch{}, false, nil
+	}
+	if err != nil {
+		return Batch{}, false, fmt.Errorf("close batch: %w", err)
+	}
+	if len(users) != len(buckets) {
+		return Batch{}, false, errors.New("close batch: the store answered counters of two lengths")
+	}
+	for i := range users {
+		b.Counters = append(b.Counters, Counter{User: users[i], Bucket: buckets[i]})
+	}
+	return b, true, nil
 }

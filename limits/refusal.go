@@ -26,13 +26,16 @@ type Refusal struct {
 const retryHeld = 5 * time.Second
 
 // checkRate charges the request to the tenant's per-minute limits.
-func (e *Enforcer) checkRate(ctx context.Context, tenant string, l *policy.Limits, input int64) *Refusal {
+// A batch counts each of its requests; what is more than a minute's allowance takes the whole
+// allowance (RateStore.Take), so a batch larger than the limit passes when the allowance is full
+// rather than never.
+func (e *Enforcer) checkRate(ctx context.Context, tenant string, l *policy.Limits, requests, input int64) *Refusal {
 	checks := []struct {
 		name  string
 		limit int64
 		cost  int64
 	}{
-		{"requests_per_minute", l.RequestsPerMinute, 1},
+		{"requests_per_minute", l.RequestsPerMinute, requests},
 		{"input_tokens_per_minute", l.InputTokensPerMinute, input},
 	}
 	for _, c := range checks {
@@ -66,7 +69,7 @@ func (e *Enforcer) checkRate(ctx context.Context, tenant string, l *policy.Limit
 // refuseSpend is the answer to a request whose reservation does not fit under counter i: a
 // billing_error until the period resets when the settled spend itself leaves no room, else a
 // rate_limit_error: requests in flight hold the rest, and their holds go when they finish.
-func (e *Enforcer) refuseSpend(pol *policy.Policy, ss []standing, res Reservation, i int, amount tokens.Money, now time.Time) *Refusal {
+func (e *Enforcer) refuseSpend(pol *policy.Policy, ss []standing, res Reservation, i int, amount tokens.Money, what string, now time.Time) *Refusal {
 	s := &ss[i]
 	name := string(s.limit.Period)
 	who := "tenant " + pol.Tenant + "'s " + name
@@ -80,16 +83,16 @@ func (e *Enforcer) refuseSpend(pol *policy.Policy, ss []standing, res Reservatio
 		e.cfg.Metrics.refused(pol.Tenant, name+"_held")
 		h.Set("Retry-After", strconv.FormatInt(retrySeconds(retryHeld), 10))
 		return &Refusal{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Limit: name, Header: h,
-			Message: fmt.Sprintf("%s spend limit of $%s is held by requests in flight ($%s spent, $%s reserved, this request may cost up to $%s); retry shortly",
-				who, s.limit.USD, s.spent.String(), res.Reserved[i].String(), amount.String())}
+			Message: fmt.Sprintf("%s spend limit of $%s is held by requests in flight ($%s spent, $%s reserved, %s may cost up to $%s); retry shortly",
+				who, s.limit.USD, s.spent.String(), res.Reserved[i].String(), what, amount.String())}
 	}
 	e.cfg.Metrics.refused(pol.Tenant, name)
 	s.exceeded = true // this request cannot fit before the reset
 	unifiedHeaders(h, s, now, "org_spend_cap_reached")
 	h.Set(HeaderShouldRetry, "false")
 	return &Refusal{Status: http.StatusTooManyRequests, Type: "billing_error", Limit: name, Header: h,
-		Message: fmt.Sprintf("%s spend limit of $%s is reached ($%s spent, this request may cost up to $%s); it resets at %s",
-			who, s.limit.USD, s.spent.String(), amount.String(), reset)}
+		Message: fmt.Sprintf("%s spend limit of $%s is reached ($%s spent, %s may cost up to $%s); it resets at %s",
+			who, s.limit.USD, s.spent.String(), what, amount.String(), reset)}
 }
 
 // storeRefusal answers a request of a fail-closed tenant when the counter store cannot be read.

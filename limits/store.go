@@ -44,6 +44,7 @@ type SpendStore interface {
 	UserSpend(ctx context.Context, tenant, bucket string) (map[string]tokens.Money, error)
 	// Name says what the store is, for logs and the README's "which store" question.
 	Name() string
+	BatchStore
 }
 
 // MemoryStore is a SpendStore of one process: exact for that process, not shared between
@@ -54,6 +55,13 @@ type MemoryStore struct {
 	spent    map[counterKey]tokens.Money
 	holds    map[counterKey]map[string]hold // by request id
 	holdKeys map[string][]counterKey        // the counters each request id holds
+	batches  map[string]*batchRecord
+}
+
+type batchRecord struct {
+	b       Batch
+	expires time.Time
+	closed  bool
 }
 
 type counterKey struct{ tenant, user, bucket string }
@@ -66,7 +74,39 @@ type hold struct {
 // NewMemoryStore returns an empty in-memory store.
 func NewMemoryStore() *MemoryStore {
 	return &MemoryStore{now: time.Now, spent: map[counterKey]tokens.Money{},
-		holds: map[counterKey]map[string]hold{}, holdKeys: map[string][]counterKey{}}
+		holds: map[counterKey]map[string]hold{}, holdKeys: map[string][]counterKey{}, batches: map[string]*batchRecord{}}
+}
+
+func (m *MemoryStore) OpenBatch(_ context.Context, b Batch, holdTTL, recordTTL time.Duration) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	for id, r := range m.batches {
+		if !now.Before(r.expires) {
+			delete(m.batches, id)
+		}
+	}
+	if _, ok := m.batches[b.ID]; !ok {
+		m.batches[b.ID] = &batchRecord{b: b, expires: now.Add(recordTTL)}
+	}
+	for _, k := range m.holdKeys[b.HoldID] {
+		if h, ok := m.holds[k][b.HoldID]; ok {
+			h.expires = now.Add(holdTTL)
+			m.holds[k][b.HoldID] = h
+		}
+	}
+	return nil
+}
+
+func (m *MemoryStore) CloseBatch(_ context.Context, id, tenant string) (Batch, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.batches[id]
+	if r == nil || r.closed || r.b.Tenant != tenant || !m.now().Before(r.expires) {
+		return Batch{}, false, nil
+	}
+	r.closed = true
+	return r.b, true, nil
 }
 
 func (m *MemoryStore) Name() string { return "memory" }

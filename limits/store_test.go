@@ -95,6 +95,48 @@ func TestSpendStores(t *testing.T) {
 				t.Fatalf("another tenant's counters = %v", other)
 			}
 		})
+		t.Run("a batch's hold lives on as the batch's, and its results are claimed once", func(t *testing.T) {
+			cs := []Counter{{Bucket: "2026-12-03", Cap: usd(100)}, {User: "u", Bucket: "2026-12-03", Cap: usd(100)}}
+			if r, err := s.Reserve(ctx, "bh", "t7", cs, usd(50), time.Millisecond); err != nil || r.Refused != -1 {
+				t.Fatalf("reserve = %+v, %v", r, err)
+			}
+			b := Batch{ID: "msgbatch_1", Tenant: "t7", HoldID: "bh", Counters: cs, KeyID: "0a1b2c3d", User: "ana"}
+			if err := s.OpenBatch(ctx, b, time.Hour, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(5 * time.Millisecond) // past the request's own hold TTL
+			if r, err := s.Reserve(ctx, "x", "t7", cs, usd(60), time.Minute); err != nil || r.Refused != 0 || r.Reserved[0] != usd(50) {
+				t.Fatalf("reserve beside the batch = %+v, %v; want its $50 still held", r, err)
+			}
+			if _, ok, err := s.CloseBatch(ctx, "msgbatch_1", "another"); ok || err != nil {
+				t.Fatalf("another tenant closed the batch: %v %v", ok, err)
+			}
+			got, ok, err := s.CloseBatch(ctx, "msgbatch_1", "t7")
+			if !ok || err != nil || got.HoldID != "bh" || got.KeyID != "0a1b2c3d" || got.User != "ana" || len(got.Counters) != 2 ||
+				got.Counters[1].User != "u" || got.Counters[1].Bucket != "2026-12-03" {
+				t.Fatalf("CloseBatch = %+v %v %v", got, ok, err)
+			}
+			if _, ok, _ := s.CloseBatch(ctx, "msgbatch_1", "t7"); ok {
+				t.Fatal("a batch was closed twice")
+			}
+			if err := s.Settle(ctx, got.HoldID, "t7", got.Counters, usd(10)); err != nil {
+				t.Fatal(err)
+			}
+			if r, err := s.Reserve(ctx, "y", "t7", cs, usd(60), time.Minute); err != nil || r.Refused != -1 || r.Spent[1] != usd(10) {
+				t.Fatalf("reserve after the batch settled = %+v, %v", r, err)
+			}
+		})
+		t.Run("a batch is forgotten after its record's time, and one never recorded cannot be closed", func(t *testing.T) {
+			if err := s.OpenBatch(ctx, Batch{ID: "msgbatch_old", Tenant: "t8"}, time.Hour, time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(5 * time.Millisecond)
+			for _, id := range []string{"msgbatch_old", "msgbatch_never"} {
+				if _, ok, err := s.CloseBatch(ctx, id, "t8"); ok || err != nil {
+					t.Errorf("CloseBatch(%s) = %v, %v", id, ok, err)
+				}
+			}
+		})
 		t.Run("concurrent reservations never pass the cap together", func(t *testing.T) {
 			c := []Counter{{Bucket: "2026-12-03", Cap: usd(1000)}}
 			var mu sync.Mutex

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -13,6 +14,17 @@ type BatchInfo struct {
 	Requests  int // entries in requests
 	Rewritten int // entries whose params the policy changed
 	BetaAdded bool
+	// Items are the batched requests as they go upstream, in order: what admission against a
+	// tenant's limits counts.
+	Items []BatchItem
+}
+
+// BatchItem is what admission reads of one batched request. Its strings are copies.
+type BatchItem struct {
+	Model          string // params.model, when a string
+	MaxTokens      int64  // params.max_tokens, when a number
+	MetadataUserID string // params.metadata.user_id, when a string
+	Bytes          int    // the size of its params as sent upstream
 }
 
 // RewriteBatch applies p to a Message Batches create body
@@ -50,12 +62,16 @@ func (p *Policy) RewriteBatch(body []byte, h http.Header) ([]byte, BatchInfo, er
 		}
 		needsBeta = needsBeta || pinfo.NeedsBeta
 		compact = compact || pinfo.Compact
+		item := BatchItem{Model: strings.Clone(pinfo.Model), MaxTokens: pinfo.MaxTokens,
+			MetadataUserID: strings.Clone(pinfo.MetadataUserID), Bytes: len(raw)}
 		if len(pops) > 0 {
 			out := applySplices(raw, pops)
 			ops = append(ops, splice{start: params.Index, end: params.Index + len(params.Raw),
 				data: unsafe.String(unsafe.SliceData(out), len(out))})
 			info.Rewritten++
+			item.Bytes = len(out)
 		}
+		info.Items = append(info.Items, item)
 		return true
 	})
 	if err != nil {

@@ -100,6 +100,10 @@ func TestRewriteBatch(t *testing.T) {
 				if r.Get("custom_id").Str == "" || params.Get("model").Str != "claude-sonnet-4-5" {
 					t.Errorf("requests[%d] lost bytes the policy does not own: %s", i, r.Raw)
 				}
+				if it := info.Items[i]; it.Model != params.Get("model").Str || it.MaxTokens != params.Get("max_tokens").Int() ||
+					it.Bytes != len(params.Raw) {
+					t.Errorf("requests[%d] item %+v for %s", i, it, params.Raw)
+				}
 			}
 			// Bytes outside params are kept: the spacing of the requests array.
 			if !strings.HasPrefix(string(out), `{"requests": [{"custom_id":"req-a","params":{`) {

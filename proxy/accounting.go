@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -51,20 +52,35 @@ func (x *exchange) record(resp *http.Response, r tokens.Reply, meta replyMeta) {
 	c.ServiceTier = r.ServiceTier
 	c.Edits = r.Edits
 	c.Cut = r.Cut
-	rec := x.s.cfg.Recorder
-	if rec != nil {
-		c = rec.Record(x.r.Context(), c)
-	}
+	c = x.s.ledger(x.r.Context(), c)
 	if x.req.ticket != nil {
-		prices := x.s.cfg.Limits.Prices()
-		if rec != nil {
-			prices = rec.CurrentPrices()
-		} else {
-			prices.Price(&c)
-		}
-		x.acct.cost = x.acct.cost.Plus(prices.Charge(&c))
+		x.acct.cost = x.acct.cost.Plus(x.s.charge(&c))
 	}
 	x.endCallSpan(&c, meta)
+}
+
+// ledger prices c and records it (ledger line and metrics); without a
+// Recorder it is only priced, at the limits' prices, for the caps.
+func (s *Server) ledger(ctx context.Context, c tokens.Call) tokens.Call {
+	if rec := s.cfg.Recorder; rec != nil {
+		return rec.Record(ctx, c)
+	}
+	if s.cfg.Limits != nil {
+		s.cfg.Limits.Prices().Price(&c)
+	}
+	return c
+}
+
+// charge is what the spend caps are charged for c as ledger priced it:
+// exactly its ledger line's cost (tokens.Prices.Charge).
+func (s *Server) charge(c *tokens.Call) tokens.Money {
+	if rec := s.cfg.Recorder; rec != nil {
+		return rec.CurrentPrices().Charge(c)
+	}
+	if s.cfg.Limits != nil {
+		return s.cfg.Limits.Prices().Charge(c)
+	}
+	return 0
 }
 
 // recordCount puts a count_tokens reply in the ledger: input_tokens after

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/ctxproxy/ctxproxy/limits"
+	"github.com/ctxproxy/ctxproxy/policy"
 )
 
 // checkLimits checks the request against its tenant's spend caps and per-minute limits (package
@@ -17,7 +18,27 @@ func (x *exchange) checkLimits(bodyBytes int) bool {
 	l := &q.pol.Limits
 	req := limits.Request{Policy: q.pol, Model: q.model, BodyBytes: bodyBytes, MaxTokens: q.info.MaxTokens,
 		User: limits.UserOf(l, q.keyID, x.r.Header, q.info.MetadataUserID)}
-	t, ref := e.Admit(x.r.Context(), req)
+	return x.admitted(e.Admit(x.r.Context(), req))
+}
+
+// checkBatchLimits checks a batch against its tenant's limits as its requests
+// (limits.Enforcer.AdmitBatch), and answers a refusal itself.
+func (x *exchange) checkBatchLimits(items []policy.BatchItem) bool {
+	e, q := x.s.cfg.Limits, &x.req
+	if e == nil || q.pol == nil || !q.pol.Limits.Any() {
+		return true
+	}
+	user, ok := x.batchUser(&q.pol.Limits, items)
+	if !ok {
+		x.fail(http.StatusBadRequest, "invalid_request_error", "tenant "+q.pol.Tenant+" caps spend per end user by metadata.user_id, "+
+			"and a batch is charged to one user: its requests name different metadata.user_id values; send each user's requests in a batch of their own")
+		return false
+	}
+	return x.admitted(e.AdmitBatch(x.r.Context(), q.pol, user, items))
+}
+
+// admitted keeps the ticket of an admitted request, or answers its refusal.
+func (x *exchange) admitted(t *limits.Ticket, ref *limits.Refusal) bool {
 	if ref != nil {
 		h := x.w.Header()
 		for k, v := range ref.Header {
@@ -26,7 +47,7 @@ func (x *exchange) checkLimits(bodyBytes int) bool {
 		x.fail(ref.Status, ref.Type, ref.Message)
 		return false
 	}
-	q.ticket = t
+	x.req.ticket = t
 	return true
 }
 

@@ -96,6 +96,9 @@ func (x *exchange) readAndRewrite(ep endpoint) bool {
 		return false
 	}
 	// A nil policy (no default.yaml) still validates the body and changes nothing.
+	if ep == epBatchCreate {
+		return x.acceptBatch(body)
+	}
 	if !x.accept(rewriteFor(ep, q.pol, body, q.header)) {
 		return false
 	}
@@ -287,7 +290,8 @@ func (x *exchange) callUpstream(ctx context.Context, route *http.Request, body [
 	return resp, t0, nil
 }
 
-// relayOnce forwards the request and relays the reply as it is (count_tokens).
+// relayOnce forwards the request and relays the reply as it is (count_tokens,
+// batch creation).
 func (x *exchange) relayOnce() {
 	resp, t0, err := x.roundTrip(x.r.Context(), x.req.parts, x.req.retry)
 	if err != nil {
@@ -302,6 +306,7 @@ func (x *exchange) relayOnce() {
 		return
 	}
 	x.recordCount(resp, body)
+	x.openBatch(resp, body)
 	x.writeReply(resp, body)
 }
 

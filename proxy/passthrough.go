@@ -29,6 +29,11 @@ func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request) {
 		// The reverse proxy sends the tenant's own key, and answers as its
 		// policy says (passthroughCaller).
 		r = r.WithContext(context.WithValue(r.Context(), passCallerKey{}, c))
+		if br := s.batchReadFor(r, tenant); br != nil {
+			// The proxy reads the reply (batchreads.go).
+			r = r.WithContext(context.WithValue(r.Context(), batchReadKey{}, br))
+			defer br.cancel()
+		}
 		if c.upstreamKey == "" {
 			s.pass.ServeHTTP(sw, r)
 			break

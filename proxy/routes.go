@@ -81,12 +81,15 @@ func classify(method, p string) (rt route, ok bool) {
 // "{id}", "{id}/cancel" or "{id}/results".
 func batchSubpath(rest string) bool {
 	id, action, _ := strings.Cut(rest, "/")
-	if id == "" || strings.IndexFunc(id, func(r rune) bool {
+	return batchID(id) && (action == "" || action == "cancel" || action == "results")
+}
+
+// batchID reports whether id has the shape of a batch id (msgbatch_…):
+// lower-case letters, digits, '_' and '-'.
+func batchID(id string) bool {
+	return id != "" && strings.IndexFunc(id, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-')
-	}) >= 0 {
-		return false
-	}
-	return action == "" || action == "cancel" || action == "results"
+	}) < 0
 }
 
 // canonicalPath is p with percent-encoding undone (up to maxUnescape

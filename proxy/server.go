@@ -168,11 +168,15 @@ func (s *Server) passthrough(rt http.RoundTripper) http.Handler {
 				// The reply is scrubbed of the key: it must come readable.
 				pr.Out.Header.Set("Accept-Encoding", "identity")
 			}
+			if br := batchReadOf(pr.In.Context()); br != nil {
+				pr.Out = br.prepare(pr.Out)
+			}
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			c := passthroughCaller(resp.Request)
 			scrubReply(resp, c.upstreamKey)
 			limits.HideUpstreamRatelimit(c.pol, resp.Header)
+			s.observeBatch(resp)
 			return nil
 		},
 		Transport:     rt,

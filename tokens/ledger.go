@@ -39,6 +39,9 @@ type Call struct {
 	// Cut: the client cut the stream before its message_delta; Usage's output tokens are an
 	// estimate (StreamMeter.CutReply).
 	Cut bool
+	// BatchID and CustomID name the Message Batch request this call was (its result, read as it
+	// passed through the proxy); "" for a call of its own.
+	BatchID, CustomID string
 	// CountTokens is set for a count_tokens call: what the API counted (input_tokens after the
 	// policy's edits, original_input_tokens before). Such a call is billed nothing: Usage, Cost
 	// and Savings stay zero and reports leave it out; the ledger keeps it so an operator sees
@@ -145,6 +148,8 @@ type record struct {
 	SavingsUSD   Money             `json:"savings_usd"`
 	PriceUnknown bool              `json:"price_unknown"`
 	Cut          bool              `json:"cut,omitempty"`
+	BatchID      string            `json:"batch_id,omitempty"`
+	CustomID     string            `json:"custom_id,omitempty"`
 
 	// The breakdown of cost_usd (issue 15): written only when there is one.
 	ServiceTier       string            `json:"service_tier,omitempty"`
@@ -310,6 +315,10 @@ func AppendCall(b []byte, c *Call) []byte {
 	if c.Cut {
 		flag("cut", true)
 	}
+	if c.BatchID != "" {
+		str("batch_id", c.BatchID)
+		str("custom_id", c.CustomID)
+	}
 	if c.ServiceTier != "" {
 		str("service_tier", c.ServiceTier)
 	}
@@ -447,6 +456,7 @@ func UnmarshalCall(line []byte) (Call, error) {
 		Time: t, Tenant: r.Tenant, KeyID: r.KeyID, User: r.User, Model: r.Model, RequestID: r.RequestID, MessageID: r.MessageID,
 		Stream: r.Stream, Status: r.Status, Usage: r.Usage,
 		Cost: r.CostUSD, Savings: r.SavingsUSD, PriceUnknown: r.PriceUnknown, Cut: r.Cut,
+		BatchID: r.BatchID, CustomID: r.CustomID,
 		ServiceTier: r.ServiceTier, Iterations: iterationsFromRecord(r.Iterations), Breakdown: breakdownFromRecord(r.CostBreakdown),
 		Compactions: r.Compactions, CompactionCost: r.CompactionCostUSD,
 		CompactedInputTokens: r.CompactedInputTokens, CompactionSavings: r.CompactionSavingsUSD,

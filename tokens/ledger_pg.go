@@ -78,6 +78,10 @@ var PGSchema = pgmigrate.Schema{Name: "ledger", Versions: [][]string{
 	{
 		`ALTER TABLE ctxproxy_ledger ADD COLUMN cut boolean NOT NULL DEFAULT false`,
 	},
+	// 7: a Message Batches result: its batch and custom_id.
+	{
+		`ALTER TABLE ctxproxy_ledger ADD COLUMN batch_id text NOT NULL DEFAULT '', ADD COLUMN custom_id text NOT NULL DEFAULT ''`,
+	},
 }}
 
 // OpenPGLedger connects to url (a pgx connection string; search_path and other runtime
@@ -109,9 +113,9 @@ const pgColumns = `INSERT INTO ctxproxy_ledger (time, tenant, model, request_id,
 		input_tokens, output_tokens, cache_creation_input_tokens, cache_creation_1h_input_tokens, cache_read_input_tokens,
 		applied_edits, cleared_input_tokens, cost_nano_usd, savings_nano_usd, price_unknown, key_id, user_name,
 		web_search_requests, service_tier, iterations, cost_breakdown, compactions, compaction_cost_nano_usd,
-		count_input_tokens, count_original_input_tokens, compacted_input_tokens, compaction_savings_nano_usd, cut) VALUES `
+		count_input_tokens, count_original_input_tokens, compacted_input_tokens, compaction_savings_nano_usd, cut, batch_id, custom_id) VALUES `
 
-const pgNumColumns = 30
+const pgNumColumns = 32
 
 // AppendBatch inserts cs in one multi-row INSERT: all of them or none.
 func (l *PGLedger) AppendBatch(ctx context.Context, cs []Call) (int, error) {
@@ -167,7 +171,7 @@ func appendPGArgs(args []any, c *Call) []any {
 		u.InputTokens, u.OutputTokens, u.CacheCreationInputTokens, u.CacheCreation1hInputTokens, u.CacheReadInputTokens,
 		string(edits), c.ClearedInputTokens(), int64(c.Cost), int64(c.Savings), c.PriceUnknown, c.KeyID, c.User,
 		u.WebSearchRequests, c.ServiceTier, its, breakdown, c.Compactions, int64(c.CompactionCost),
-		countIn, countOrig, c.CompactedInputTokens, int64(c.CompactionSavings), c.Cut)
+		countIn, countOrig, c.CompactedInputTokens, int64(c.CompactionSavings), c.Cut, c.BatchID, c.CustomID)
 }
 
 // Query returns the calls matching f in insertion order.
@@ -183,7 +187,7 @@ func (l *PGLedger) Query(ctx context.Context, f Filter) ([]Call, error) {
 		input_tokens, output_tokens, cache_creation_input_tokens, cache_creation_1h_input_tokens, cache_read_input_tokens,
 		applied_edits::text, cost_nano_usd, savings_nano_usd, price_unknown, key_id, user_name,
 		web_search_requests, service_tier, iterations::text, cost_breakdown::text, compactions, compaction_cost_nano_usd,
-		count_input_tokens, count_original_input_tokens, compacted_input_tokens, compaction_savings_nano_usd, cut
+		count_input_tokens, count_original_input_tokens, compacted_input_tokens, compaction_savings_nano_usd, cut, batch_id, custom_id
 		FROM ctxproxy_ledger
 		WHERE ($1 = '' OR tenant = $1) AND ($2::timestamptz IS NULL OR time >= $2) AND ($3::timestamptz IS NULL OR time < $3)
 		ORDER BY id`, f.Tenant, since, until)
@@ -202,7 +206,7 @@ func (l *PGLedger) Query(ctx context.Context, f Filter) ([]Call, error) {
 			&u.InputTokens, &u.OutputTokens, &u.CacheCreationInputTokens, &u.CacheCreation1hInputTokens, &u.CacheReadInputTokens,
 			&edits, &cost, &savings, &c.PriceUnknown, &c.KeyID, &c.User,
 			&u.WebSearchRequests, &c.ServiceTier, &its, &breakdown, &c.Compactions, &compactionCost, &countIn, &countOrig,
-			&c.CompactedInputTokens, &compactionSavings, &c.Cut); err != nil {
+			&c.CompactedInputTokens, &compactionSavings, &c.Cut, &c.BatchID, &c.CustomID); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("query ledger: %w", err)
 		}

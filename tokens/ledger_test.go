@@ -34,6 +34,7 @@ func sampleCalls() []Call {
 		{Time: t0.Add(25*time.Hour + time.Minute), Tenant: "beta", Model: "claude-opus-4-8", RequestID: "req_cut", Stream: true, Status: 200,
 			Usage: Usage{InputTokens: 12, OutputTokens: 4096}, Cost: 102_460_000, Cut: true},
 		{Time: t0.Add(26 * time.Hour), Tenant: "beta", Model: "claude-opus-4-6", RequestID: "req_4", Status: 200, ServiceTier: "batch",
+			BatchID: "msgbatch_1", CustomID: "req-7",
 			Usage: Usage{InputTokens: 3000, OutputTokens: 300, CacheCreationInputTokens: 50, CacheCreation1hInputTokens: 20, WebSearchRequests: 2},
 			Iterations: []Iteration{
 				{Type: IterationCompaction, Usage: Usage{InputTokens: 2000, OutputTokens: 100}, Cost: 7_500_000},
@@ -651,6 +652,7 @@ func TestAppendCallMatchesTheRecordType(t *testing.T) {
 		r := record{V: LedgerVersion, Time: c.Time.UTC().Format(time.RFC3339Nano), Tenant: c.Tenant, KeyID: c.KeyID, User: c.User, Model: c.Model,
 			RequestID: c.RequestID, MessageID: c.MessageID, Stream: c.Stream, Status: c.Status, Usage: c.Usage,
 			AppliedEdits: edits, Cleared: c.ClearedInputTokens(), CostUSD: c.Cost, SavingsUSD: c.Savings, PriceUnknown: c.PriceUnknown, Cut: c.Cut,
+			BatchID: c.BatchID, CustomID: c.CustomID,
 			ServiceTier: c.ServiceTier, Compactions: c.Compactions, CompactionCostUSD: c.CompactionCost,
 			CompactedInputTokens: c.CompactedInputTokens, CompactionSavingsUSD: c.CompactionSavings}
 		for _, it := range c.Iterations {

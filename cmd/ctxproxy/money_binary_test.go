@@ -19,6 +19,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/internal/binaries"
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
+	"github.com/ctxproxy/ctxproxy/internal/pgtest"
 	"github.com/ctxproxy/ctxproxy/internal/stack"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
@@ -249,11 +250,7 @@ func mustQuote(s string) []byte {
 // have arrived, before any message_delta.
 func cutAfterDeltas(t *testing.T, addr, body string, n int) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/messages", strings.NewReader(body))
-	req.Header.Set("X-Api-Key", capKey)
-	req.Header.Set("Anthropic-Version", "2023-06-01")
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(keyRequest(http.MethodPost, "http://"+addr+"/v1/messages", capKey, body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,5 +317,269 @@ func TestACutStreamIsChargedWhatItReceived(t *testing.T) {
 				t.Errorf("the cap was charged %s, the ledger line says %s", got, want)
 			}
 		})
+	}
+}
+
+// batchBody is a batch of n requests for model m with max_tokens maxTokens, custom_ids r0, r1…
+func batchBody(n, maxTokens int) string {
+	reqs := make([]string, n)
+	for i := range reqs {
+		reqs[i] = fmt.Sprintf(`{"custom_id":"r%d","params":{"model":"m","max_tokens":%d,"messages":[{"role":"user","content":"item %d"}]}}`, i, maxTokens, i)
+	}
+	return `{"requests":[` + strings.Join(reqs, ",") + `]}`
+}
+
+// batchUpstream is a fake whose every reply, batched or not, reads 1,000 input tokens and
+// writes 200: $0.003 of model m, $0.0015 on the batch tier.
+func batchUpstream(t *testing.T) (*fakeapi.API, string) {
+	fake, upURL := fakeUpstream(t)
+	fake.SetResponder(func(*fakeapi.Request) fakeapi.Reply {
+		r := fakeapi.TextReply("done")
+		r.Usage = &fakeapi.Usage{InputTokens: 1000, OutputTokens: 200}
+		return r
+	})
+	return fake, upURL
+}
+
+// batchCall sends a request with key to the proxy and returns its status and body.
+func batchCall(t *testing.T, method, url, key, body string) (int, string) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(keyRequest(method, url, key, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// keyRequest is a request to the API with key, as an SDK sends it.
+func keyRequest(method, url, key, body string) *http.Request {
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header.Set("X-Api-Key", key)
+	req.Header.Set("Anthropic-Version", "2023-06-01")
+	req.Header.Set("Content-Type", "application/json")
+	return req
+}
+
+// Message Batches are admitted like their requests and paid for when their results pass
+// through the proxy: holds at the batch tier, refused whole past the cap, per-minute limits per
+// request, a ledger line per result settling the holds once, and a canceled or expired batch
+// releasing what it did not use.
+func TestBatchesPayLikeTheirRequests(t *testing.T) {
+	const rpmKey = "sk-ant-limits-test-rpm"
+	dir, _, err := stack.Layout(t.TempDir(), map[string]string{
+		// $0.10 a day: a batch of 3 requests of max_tokens 4096 holds about $0.0615 (each 4096
+		// output tokens at $10 per million, half price), a lone request of max_tokens 4096
+		// about $0.041: both together do not fit.
+		"capped.yaml": stack.TenantPolicy("capped", capKey, "limits:\n  spend: [{period: daily, usd: 0.10}]\n"),
+		"rpm.yaml":    stack.TenantPolicy("rpm", rpmKey, "limits:\n  requests_per_minute: 10\n"),
+		"prices.yaml": capPrices,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake, upURL := batchUpstream(t)
+	ledger := filepath.Join(t.TempDir(), "ledger.jsonl")
+	p := startProxy(t, "--upstream", upURL, "--policies", dir, "--memory-dir", t.TempDir(),
+		"--ledger", "file:"+ledger, "--admin-token", "adm")
+	m := &moneyStack{fake: fake, proc: p, ledger: ledger}
+	base := "http://" + p.Addr
+	lone := `{"model":"m","max_tokens":4096,"messages":[{"role":"user","content":"alone"}]}`
+	batches := func() int {
+		n := 0
+		for _, r := range fake.Requests() {
+			if r.Path == "/v1/messages/batches" && r.Method == http.MethodPost {
+				n++
+			}
+		}
+		return n
+	}
+	create := func(t *testing.T, key, body string) string {
+		t.Helper()
+		st, b := batchCall(t, http.MethodPost, base+"/v1/messages/batches", key, body)
+		if st != 200 {
+			t.Fatalf("create: %d %s", st, b)
+		}
+		return gjson.Get(b, "id").Str
+	}
+	// fetchResults retrieves the batch through the proxy and reads its results where
+	// results_url says, as the TypeScript SDK does.
+	fetchResults := func(t *testing.T, id string) []string {
+		t.Helper()
+		st, b := batchCall(t, http.MethodGet, base+"/v1/messages/batches/"+id, capKey, "")
+		url := gjson.Get(b, "results_url").Str
+		if st != 200 || url != base+"/v1/messages/batches/"+id+"/results" {
+			t.Fatalf("retrieve: %d %s; want results_url at the proxy", st, b)
+		}
+		st, b = batchCall(t, http.MethodGet, url, capKey, "")
+		if st != 200 {
+			t.Fatalf("results: %d %s", st, b)
+		}
+		return strings.Split(strings.TrimSpace(b), "\n")
+	}
+	loneFits := func(t *testing.T, want bool) {
+		t.Helper()
+		st, b := batchCall(t, http.MethodPost, base+"/v1/messages", capKey, lone)
+		if want && st != 200 || !want && (st != 429 || gjson.Get(b, "error.type").Str != "rate_limit_error") {
+			t.Fatalf("a lone request beside the batch's hold: %d %s (want it to fit: %v)", st, b, want)
+		}
+	}
+
+	t.Run("a batch whose holds pass the cap is refused whole, every time", func(t *testing.T) {
+		for range 2 {
+			st, b := batchCall(t, http.MethodPost, base+"/v1/messages/batches", capKey, batchBody(200, 32000))
+			if st != 429 || gjson.Get(b, "error.type").Str != "billing_error" || !strings.Contains(gjson.Get(b, "error.message").Str, "this batch of 200 requests") {
+				t.Fatalf("%d %s", st, b)
+			}
+		}
+		if n := batches(); n != 0 {
+			t.Errorf("%d batches reached the upstream", n)
+		}
+	})
+
+	t.Run("requests_per_minute counts every batched request", func(t *testing.T) {
+		create(t, rpmKey, batchBody(6, 100))
+		st, b := batchCall(t, http.MethodPost, base+"/v1/messages/batches", rpmKey, batchBody(6, 100))
+		if st != 429 || gjson.Get(b, "error.type").Str != "rate_limit_error" || !strings.Contains(b, "requests_per_minute") {
+			t.Fatalf("a second batch of 6 under 10 a minute: %d %s", st, b)
+		}
+	})
+
+	var lines int // ledger lines so far
+	t.Run("results fetched through the proxy are ledger lines that settle the batch's hold once", func(t *testing.T) {
+		id := create(t, capKey, batchBody(3, 4096))
+		loneFits(t, false)
+		if err := fake.ProcessBatch(id, 0); err != nil {
+			t.Fatal(err)
+		}
+		before := m.spent(t)
+		results := fetchResults(t, id)
+		if len(results) != 3 || gjson.Get(results[0], "result.type").Str != "succeeded" {
+			t.Fatalf("results: %v", results)
+		}
+		m.settled(t, before)
+		ledgerLines := m.ledgerLines(t, 3)
+		for _, l := range ledgerLines {
+			if l.Get("batch_id").Str != id || l.Get("service_tier").Str != "batch" || l.Get("cost_usd").String() != "0.0015" ||
+				l.Get("tenant").Str != "capped" || l.Get("key_id").Str == "" || !strings.HasPrefix(l.Get("custom_id").Str, "r") {
+				t.Errorf("ledger line %s", l.Raw)
+			}
+		}
+		if got, want := m.spent(t), sumCost(t, ledgerLines); got != want || want != 4_500_000 {
+			t.Errorf("the cap was charged %s; the ledger says %s (3 × $0.0015)", got, want)
+		}
+		fetchResults(t, id) // again: nothing more to pay
+		loneFits(t, true)   // the hold is gone; and its ledger line comes after any the second read wrote
+		all := m.ledgerLines(t, 4)
+		if len(all) != 4 || all[3].Get("batch_id").Str != "" {
+			t.Fatalf("reading the results again wrote ledger lines: %d lines", len(all))
+		}
+		if got := m.spent(t); got != 4_500_000+sumCost(t, all[3:]) {
+			t.Errorf("spent %s after a second read", got)
+		}
+		lines = 4
+	})
+
+	t.Run("a batch canceled part way is charged what ran and releases the rest", func(t *testing.T) {
+		id := create(t, capKey, batchBody(3, 4096))
+		if err := fake.ProcessBatch(id, 1); err != nil {
+			t.Fatal(err)
+		}
+		st, b := batchCall(t, http.MethodPost, base+"/v1/messages/batches/"+id+"/cancel", capKey, "")
+		if st != 200 || gjson.Get(b, "processing_status").Str != "canceling" {
+			t.Fatalf("cancel: %d %s", st, b)
+		}
+		if err := fake.ProcessBatch(id, 0); err != nil {
+			t.Fatal(err)
+		}
+		before := m.spent(t)
+		results := fetchResults(t, id)
+		if len(results) != 3 {
+			t.Fatalf("results: %v", results)
+		}
+		m.settled(t, before)
+		got := m.ledgerLines(t, lines+1)
+		if len(got) != lines+1 || got[lines].Get("batch_id").Str != id {
+			t.Fatalf("want one ledger line for the one request that ran, got %d lines", len(got)-lines)
+		}
+		if spent := m.spent(t); spent != before+1_500_000 {
+			t.Errorf("spent %s, want %s + $0.0015", spent, before)
+		}
+		loneFits(t, true)
+		lines += 2
+	})
+
+	for _, end := range []string{"canceled", "expired"} {
+		t.Run("a batch that ended with nothing run releases its hold when it is retrieved: "+end, func(t *testing.T) {
+			id := create(t, capKey, batchBody(3, 4096))
+			loneFits(t, false)
+			if end == "canceled" {
+				if st, b := batchCall(t, http.MethodPost, base+"/v1/messages/batches/"+id+"/cancel", capKey, ""); st != 200 {
+					t.Fatalf("cancel: %d %s", st, b)
+				}
+				if err := fake.ProcessBatch(id, 0); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := fake.ExpireBatch(id); err != nil {
+				t.Fatal(err)
+			}
+			st, b := batchCall(t, http.MethodGet, base+"/v1/messages/batches/"+id, capKey, "")
+			if st != 200 || gjson.Get(b, "request_counts."+end).Int() != 3 {
+				t.Fatalf("retrieve: %d %s", st, b)
+			}
+			loneFits(t, true)
+			lines++
+		})
+	}
+}
+
+// Two replicas on one database: a batch created through one is paid for when its results pass
+// through the other, once, whichever replica reads them again.
+func TestBatchResultsAreAccountedOnceAcrossReplicas(t *testing.T) {
+	db := pgtest.New(t, "batches_test")
+	dir, _, err := stack.Layout(t.TempDir(), map[string]string{
+		"capped.yaml": stack.TenantPolicy("capped", capKey, "limits:\n  spend: [{period: daily, usd: 1}]\n"),
+		"prices.yaml": capPrices,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake, upURL := batchUpstream(t)
+	var replicas []*binaries.Process
+	ledgers := make([]string, 2)
+	for i := range 2 {
+		ledgers[i] = filepath.Join(t.TempDir(), "ledger.jsonl")
+		replicas = append(replicas, startProxy(t, "--upstream", upURL, "--policies", dir, "--memory-dir", t.TempDir(),
+			"--ledger", "file:"+ledgers[i], "--limits-store", db.URL))
+	}
+	st, b := batchCall(t, http.MethodPost, "http://"+replicas[0].Addr+"/v1/messages/batches", capKey, batchBody(4, 4096))
+	if st != 200 {
+		t.Fatalf("create: %d %s", st, b)
+	}
+	id := gjson.Get(b, "id").Str
+	if n := db.QueryInt(t, `SELECT count(*) FROM ctxproxy_spend_holds WHERE expires_at > now() + interval '24 hours'`); n == 0 {
+		t.Fatal("the batch holds nothing past a request's hold time")
+	}
+	if err := fake.ProcessBatch(id, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*binaries.Process{replicas[1], replicas[0], replicas[1]} {
+		st, b := batchCall(t, http.MethodGet, "http://"+p.Addr+"/v1/messages/batches/"+id+"/results", capKey, "")
+		if st != 200 || strings.Count(b, `"succeeded"`) != 4 {
+			t.Fatalf("results: %d %s", st, b)
+		}
+	}
+	settled(t, db)
+	day := time.Now().UTC().Format("2006-01-02")
+	if spent := db.QueryInt(t, `SELECT spent_nano FROM ctxproxy_spend WHERE tenant = 'capped' AND end_user = '' AND bucket = $1`, day); spent != 4*1_500_000 {
+		t.Errorf("spent %d nano-USD, want 4 × $0.0015 once", spent)
+	}
+	m := &moneyStack{ledger: ledgers[1]}
+	if lines := m.ledgerLines(t, 4); len(lines) != 4 || lines[0].Get("batch_id").Str != id {
+		t.Errorf("the replica that read the results first has %d ledger lines", len(lines))
+	}
+	if b, _ := os.ReadFile(ledgers[0]); len(b) != 0 {
+		t.Errorf("the other replica wrote ledger lines for results already accounted: %s", b)
 	}
 }

@@ -238,13 +238,15 @@ func (a *API) serveControl(w http.ResponseWriter, req *http.Request) {
 		}
 		a.SetOptions(opts)
 		writeJSON(w, 200, optionsToJSON(a.CurrentOptions()))
+	case "POST /_fake/batches/process", "POST /_fake/batches/expire":
+		a.controlBatch(w, req)
 	default:
 		if a.serveCacheControl(w, req) {
 			return
 		}
 		writeError(w, 404, &APIError{Type: "not_found_error", Message: "unknown control endpoint " + route +
 			"; have GET /_fake/health, POST /_fake/reset, POST /_fake/script, GET /_fake/requests, GET|POST /_fake/options" +
-			", GET|POST /_fake/clock, GET /_fake/cache, POST /_fake/cache/reset"}, "")
+			", GET|POST /_fake/clock, GET /_fake/cache, POST /_fake/cache/reset, POST /_fake/batches/process|expire"}, "")
 	}
 }
 

@@ -17,6 +17,17 @@
 //   - POST /v1/messages/count_tokens: same validation (max_tokens optional),
 //     answers {"input_tokens":N,"context_management":{"original_input_tokens":M}}
 //     (context_management null when the request had none).
+//   - Message Batches: POST /v1/messages/batches validates every params with
+//     the /v1/messages rules and holds the batch in_progress; GET (list),
+//     GET …/{id}, POST …/{id}/cancel (canceling until processed), DELETE
+//     …/{id} (once ended) and GET …/{id}/results (JSON lines once ended,
+//     content-type application/binary) answer as the API does. A batch runs
+//     only when a test says: ProcessBatch(id, n) answers n (or all) of its
+//     requests like /v1/messages calls without a stream (succeeded, with
+//     usage.service_tier "batch", or errored for a scripted error) and ends it
+//     when none is left, a canceling batch ending at once with the rest
+//     canceled; ExpireBatch(id) expires the rest. results_url points at the
+//     host the batch was created through.
 //   - GET /v1/models and GET /v1/models/{id}: the model table (below).
 //   - any other /v1/ path: {"type":"fake_passthrough","method",...}.
 //     All are recorded.
@@ -276,6 +287,8 @@
 //	GET  /_fake/clock, POST /_fake/clock {"advance":"6m"} or {"advance_ms":360000} → {"now":T}
 //	GET  /_fake/cache    → {"now":T,"entries":[{"credential","model","path","tokens","ttl","written","expires_at"}...],"fingerprints":N}
 //	POST /_fake/cache/reset → {"ok":true}
+//	POST /_fake/batches/process {"id":ID,"requests":N}, POST /_fake/batches/expire {"id":ID}
+//	                     ProcessBatch / ExpireBatch → the batch
 //
 // A Reply in JSON (every field optional):
 //

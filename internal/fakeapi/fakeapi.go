@@ -186,6 +186,7 @@ type API struct {
 
 	table    *modelTable // Options.Models indexed; guarded by mu
 	bindings bindingStore
+	batches  batchStore
 }
 
 // New makes a fake API.
@@ -268,8 +269,8 @@ func (a *API) LastRequest(path string) (Request, bool) {
 }
 
 // Reset forgets queued replies, the responder, recorded requests, threads,
-// cache entries, diagnostics fingerprints and thinking-block bindings.
-// Options and the clock stay.
+// batches, cache entries, diagnostics fingerprints and thinking-block
+// bindings. Options and the clock stay.
 func (a *API) Reset() {
 	a.mu.Lock()
 	a.queue = nil
@@ -279,6 +280,9 @@ func (a *API) Reset() {
 	a.threads.reset()
 	a.cache.reset()
 	a.bindings.reset()
+	a.batches.mu.Lock()
+	a.batches.list, a.batches.byID = nil, nil
+	a.batches.mu.Unlock()
 }
 
 func (a *API) recordLimit() int {
@@ -360,6 +364,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		a.serveMessages(w, req, reqID)
 	case p == "/v1/messages/batches" && req.Method == http.MethodPost:
 		a.serveBatchCreate(w, req, reqID)
+	case strings.HasPrefix(p, "/v1/messages/batches") && a.serveBatch(w, req, reqID):
 	case strings.HasPrefix(p, "/v1/"):
 		a.servePassthrough(w, req, reqID)
 	default:
