@@ -62,9 +62,10 @@ func TestAccountingToTheTokenAndCent(t *testing.T) {
 			if len(calls) != 2 {
 				t.Fatalf("ledger has %d calls, want one per upstream call (2)", len(calls))
 			}
-			// 1000×3 + 100×15 + 200×3.75 + 3000×0.30 = 6150 µ$; savings 5000×3 = 15000 µ$.
-			// 2000×3 + 300×15 = 10500 µ$; savings 1000×3 = 3000 µ$.
-			want := []struct{ cost, savings string }{{"0.00615", "0.015"}, {"0.0105", "0.003"}}
+			// 1000×3 + 100×15 + 200×3.75 + 3000×0.30 = 6150 µ$; savings 5000 × the read price
+			// 0.30 = 1500 µ$ (the call used the cache). 2000×3 + 300×15 = 10500 µ$; savings
+			// 1000×3 = 3000 µ$ (no cache: the input price).
+			want := []struct{ cost, savings string }{{"0.00615", "0.0015"}, {"0.0105", "0.003"}}
 			for i, c := range calls {
 				if c.Tenant != "acme" || c.Model != "claude-sonnet-4-5" || c.Stream != stream || c.RequestID == "" {
 					t.Errorf("call %d = %+v", i, c)
@@ -79,8 +80,8 @@ func TestAccountingToTheTokenAndCent(t *testing.T) {
 				tot.CacheReadInputTokens != 3000 || tot.ClearedInputTokens != 6000 || tot.ClearedToolUses != 2 || tot.ClearedThinkingTurns != 1 {
 				t.Errorf("report totals = %+v", tot)
 			}
-			if tot.CostUSD.Fixed(2) != "0.02" || tot.CostUSD.String() != "0.01665" || tot.SavingsUSD.String() != "0.018" {
-				t.Errorf("report cost %s savings %s, want 0.01665 and 0.018", tot.CostUSD, tot.SavingsUSD)
+			if tot.CostUSD.Fixed(2) != "0.02" || tot.CostUSD.String() != "0.01665" || tot.SavingsUSD.String() != "0.0045" {
+				t.Errorf("report cost %s savings %s, want 0.01665 and 0.0045", tot.CostUSD, tot.SavingsUSD)
 			}
 
 			reg := metrics.Registry()
@@ -102,7 +103,7 @@ func TestAccountingToTheTokenAndCent(t *testing.T) {
 			check("ctxproxy_cleared_tool_uses_total", 2, "tenant", "acme")
 			check("ctxproxy_memory_commands_total", 1, "tenant", "acme", "command", "view")
 			check("ctxproxy_cost_usd_total", 0.01665, "tenant", "acme")
-			check("ctxproxy_savings_usd_total", 0.018, "tenant", "acme")
+			check("ctxproxy_savings_usd_total", tokens.Money(1_500_000).USD()+tokens.Money(3_000_000).USD(), "tenant", "acme") // as the counter adds them
 		})
 	}
 }

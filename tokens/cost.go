@@ -100,17 +100,15 @@ func (p *Prices) priceCall(c *Call, e *PriceEntry, lookup func(string) (*PriceEn
 		}
 	}
 	tokens := b.Total()
-	savings := e.Price.Savings(ClearedInputTokens(c.Edits))
 	c.CompactionCost = compaction.Total()
 	if c.ServiceTier == TierBatch {
 		b.BatchDiscount = f.Batch.apply(tokens).Plus(-tokens)
-		savings = f.Batch.apply(savings)
 		c.CompactionCost = f.Batch.apply(c.CompactionCost)
 	}
 	b.WebSearch = f.WebSearch.Times(c.Usage.WebSearchRequests)
 	c.Breakdown = b
 	c.Cost = b.Total()
-	c.Savings = savings
+	priceSavings(c, e.Price, f)
 	return true
 }
 

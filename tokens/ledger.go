@@ -54,6 +54,54 @@ type Call struct {
 	// input price, filled by Prices.Price.
 	CompactedInputTokens int64
 	CompactionSavings    Money
+
+	// What the call's edits did to the prompt cache (the net-savings rules of issue 31). The
+	// proxy sets the first three from its record of the conversation's previous call (package
+	// cachetrack); Prices.Price turns them into money and settles CacheEffect.
+	//
+	// CacheMissedInputTokens is max(0, P_previous − cache_read) where the previous call cached
+	// P_previous tokens; CacheMissCause names why (CauseEdits, CauseExpiry, …), "" for no miss.
+	CacheMissedInputTokens int64
+	CacheMissCause         string
+	// CacheEffect is CacheMeasured (the conversation's previous call was known), CacheUnknown
+	// (it was not) or CacheNone (no edits or no cache); Price makes it CacheNone where that
+	// rule wins and CacheUnknown where the proxy left it "".
+	CacheEffect string
+	// SavingsGross is the cleared tokens at the price they would have been billed at (the cache
+	// read price when the call cached, else input); CachePenalty the attributed misses re-written
+	// to the cache (write price − read price). Savings is SavingsGross − CachePenalty and may be
+	// negative. Filled by Prices.Price.
+	SavingsGross Money
+	CachePenalty Money
+}
+
+// CacheEffect values of a ledger line.
+const (
+	CacheNone     = "none"
+	CacheMeasured = "measured"
+	CacheUnknown  = "unknown"
+)
+
+// Causes of a cache miss (cache_miss_cause).
+const (
+	CauseEdits  = "edits"
+	CauseExpiry = "expiry"
+	CauseModel  = "model"
+	CauseSystem = "system"
+	CauseTools  = "tools"
+	CauseClient = "client"
+)
+
+// MissCauses lists every cause, in the order metrics and reports show them.
+var MissCauses = [...]string{CauseEdits, CauseExpiry, CauseModel, CauseSystem, CauseTools, CauseClient}
+
+// AttributedMissTokens is M, the cache misses charged to the call's edits: its missed tokens
+// when their cause is the edits, else 0.
+func (c *Call) AttributedMissTokens() int64 {
+	if c.CacheMissCause != CauseEdits {
+		return 0
+	}
+	return max(c.CacheMissedInputTokens, 0)
 }
 
 // ClearedInputTokens sums cleared input tokens over the call's applied edits.
@@ -146,10 +194,17 @@ type record struct {
 	Cleared      int64             `json:"cleared_input_tokens"`
 	CostUSD      Money             `json:"cost_usd"`
 	SavingsUSD   Money             `json:"savings_usd"`
-	PriceUnknown bool              `json:"price_unknown"`
-	Cut          bool              `json:"cut,omitempty"`
-	BatchID      string            `json:"batch_id,omitempty"`
-	CustomID     string            `json:"custom_id,omitempty"`
+	// The parts of savings_usd (issue 31), on every Messages call's line. A line written before
+	// them has none and reads as savings_gross_usd = savings_usd, no penalty, cache_effect none.
+	SavingsGrossUSD        *Money `json:"savings_gross_usd,omitempty"`
+	CachePenaltyUSD        *Money `json:"cache_penalty_usd,omitempty"`
+	CacheMissedInputTokens *int64 `json:"cache_missed_input_tokens,omitempty"`
+	CacheEffect            string `json:"cache_effect,omitempty"`
+	CacheMissCause         string `json:"cache_miss_cause,omitempty"`
+	PriceUnknown           bool   `json:"price_unknown"`
+	Cut                    bool   `json:"cut,omitempty"`
+	BatchID                string `json:"batch_id,omitempty"`
+	CustomID               string `json:"custom_id,omitempty"`
 
 	// The breakdown of cost_usd (issue 15): written only when there is one.
 	ServiceTier       string            `json:"service_tier,omitempty"`
@@ -311,6 +366,9 @@ func AppendCall(b []byte, c *Call) []byte {
 	b = c.Cost.appendDecimal(b, -1)
 	b = append(b, `,"savings_usd":`...)
 	b = c.Savings.appendDecimal(b, -1)
+	if c.CountTokens == nil {
+		b = appendSavingsParts(b, c)
+	}
 	flag("price_unknown", c.PriceUnknown)
 	if c.Cut {
 		flag("cut", true)
@@ -359,6 +417,28 @@ func AppendCall(b []byte, c *Call) []byte {
 		b = c.CompactionSavings.appendDecimal(b, -1)
 	}
 	return append(b, '}')
+}
+
+// appendSavingsParts appends the parts of savings_usd: gross, the cache penalty, the missed cache
+// tokens, the cache effect and (when there was a miss) its cause.
+func appendSavingsParts(b []byte, c *Call) []byte {
+	b = append(b, `,"savings_gross_usd":`...)
+	b = c.SavingsGross.appendDecimal(b, -1)
+	b = append(b, `,"cache_penalty_usd":`...)
+	b = c.CachePenalty.appendDecimal(b, -1)
+	b = append(b, `,"cache_missed_input_tokens":`...)
+	b = strconv.AppendInt(b, c.CacheMissedInputTokens, 10)
+	b = append(b, `,"cache_effect":`...)
+	effect := c.CacheEffect
+	if effect == "" {
+		effect = CacheNone
+	}
+	b = jsonstr.Append(b, effect)
+	if c.CacheMissCause != "" {
+		b = append(b, `,"cache_miss_cause":`...)
+		b = jsonstr.Append(b, c.CacheMissCause)
+	}
+	return b
 }
 
 // appendUsage appends u as the API writes it (the 1h and web search parts when non-zero).
@@ -460,12 +540,25 @@ func UnmarshalCall(line []byte) (Call, error) {
 		ServiceTier: r.ServiceTier, Iterations: iterationsFromRecord(r.Iterations), Breakdown: breakdownFromRecord(r.CostBreakdown),
 		Compactions: r.Compactions, CompactionCost: r.CompactionCostUSD,
 		CompactedInputTokens: r.CompactedInputTokens, CompactionSavings: r.CompactionSavingsUSD,
+		SavingsGross: r.SavingsUSD, CacheEffect: r.CacheEffect, CacheMissCause: r.CacheMissCause,
+	}
+	if r.SavingsGrossUSD != nil {
+		c.SavingsGross = *r.SavingsGrossUSD
+	}
+	if r.CachePenaltyUSD != nil {
+		c.CachePenalty = *r.CachePenaltyUSD
+	}
+	if r.CacheMissedInputTokens != nil {
+		c.CacheMissedInputTokens = *r.CacheMissedInputTokens
 	}
 	if ct := r.CountTokens; ct != nil {
 		c.CountTokens = &CountTokens{InputTokens: ct.InputTokens}
 		if ct.ContextManagement != nil {
 			c.CountTokens.OriginalInputTokens, c.CountTokens.HasOriginal = ct.ContextManagement.OriginalInputTokens, true
 		}
+	}
+	if c.CacheEffect == "" && c.CountTokens == nil {
+		c.CacheEffect = CacheNone
 	}
 	for _, raw := range r.AppliedEdits {
 		var e AppliedEdit

@@ -82,6 +82,16 @@ var PGSchema = pgmigrate.Schema{Name: "ledger", Versions: [][]string{
 	{
 		`ALTER TABLE ctxproxy_ledger ADD COLUMN batch_id text NOT NULL DEFAULT '', ADD COLUMN custom_id text NOT NULL DEFAULT ''`,
 	},
+	// 8: savings net of the prompt cache (issue 31): gross, penalty, the missed cache tokens,
+	// cache_effect and the miss's cause. Older rows read as recorded: gross NULL (= savings),
+	// no penalty, cache_effect none.
+	{
+		`ALTER TABLE ctxproxy_ledger ADD COLUMN savings_gross_nano_usd bigint,
+			ADD COLUMN cache_penalty_nano_usd bigint NOT NULL DEFAULT 0,
+			ADD COLUMN cache_missed_input_tokens bigint NOT NULL DEFAULT 0,
+			ADD COLUMN cache_effect text NOT NULL DEFAULT 'none',
+			ADD COLUMN cache_miss_cause text NOT NULL DEFAULT ''`,
+	},
 }}
 
 // OpenPGLedger connects to url (a pgx connection string; search_path and other runtime
@@ -113,9 +123,10 @@ const pgColumns = `INSERT INTO ctxproxy_ledger (time, tenant, model, request_id,
 		input_tokens, output_tokens, cache_creation_input_tokens, cache_creation_1h_input_tokens, cache_read_input_tokens,
 		applied_edits, cleared_input_tokens, cost_nano_usd, savings_nano_usd, price_unknown, key_id, user_name,
 		web_search_requests, service_tier, iterations, cost_breakdown, compactions, compaction_cost_nano_usd,
-		count_input_tokens, count_original_input_tokens, compacted_input_tokens, compaction_savings_nano_usd, cut, batch_id, custom_id) VALUES `
+		count_input_tokens, count_original_input_tokens, compacted_input_tokens, compaction_savings_nano_usd, cut, batch_id, custom_id,
+		savings_gross_nano_usd, cache_penalty_nano_usd, cache_missed_input_tokens, cache_effect, cache_miss_cause) VALUES `
 
-const pgNumColumns = 32
+const pgNumColumns = 37
 
 // AppendBatch inserts cs in one multi-row INSERT: all of them or none.
 func (l *PGLedger) AppendBatch(ctx context.Context, cs []Call) (int, error) {
@@ -159,19 +170,27 @@ func appendPGArgs(args []any, c *Call) []any {
 		s := string(appendBreakdown(nil, c.Breakdown))
 		breakdown = &s
 	}
-	var countIn, countOrig *int64
+	var countIn, countOrig, gross *int64
 	if ct := c.CountTokens; ct != nil {
 		countIn = &ct.InputTokens
 		if ct.HasOriginal {
 			countOrig = &ct.OriginalInputTokens
 		}
+	} else {
+		g := int64(c.SavingsGross)
+		gross = &g
+	}
+	effect := c.CacheEffect
+	if effect == "" {
+		effect = CacheNone
 	}
 	return append(args,
 		c.Time.UTC().Truncate(time.Microsecond), c.Tenant, c.Model, c.RequestID, c.MessageID, c.Stream, c.Status,
 		u.InputTokens, u.OutputTokens, u.CacheCreationInputTokens, u.CacheCreation1hInputTokens, u.CacheReadInputTokens,
 		string(edits), c.ClearedInputTokens(), int64(c.Cost), int64(c.Savings), c.PriceUnknown, c.KeyID, c.User,
 		u.WebSearchRequests, c.ServiceTier, its, breakdown, c.Compactions, int64(c.CompactionCost),
-		countIn, countOrig, c.CompactedInputTokens, int64(c.CompactionSavings), c.Cut, c.BatchID, c.CustomID)
+		countIn, countOrig, c.CompactedInputTokens, int64(c.CompactionSavings), c.Cut, c.BatchID, c.CustomID,
+		gross, int64(c.CachePenalty), c.CacheMissedInputTokens, effect, c.CacheMissCause)
 }
 
 // Query returns the calls matching f in insertion order.
@@ -187,7 +206,8 @@ func (l *PGLedger) Query(ctx context.Context, f Filter) ([]Call, error) {
 		input_tokens, output_tokens, cache_creation_input_tokens, cache_creation_1h_input_tokens, cache_read_input_tokens,
 		applied_edits::text, cost_nano_usd, savings_nano_usd, price_unknown, key_id, user_name,
 		web_search_requests, service_tier, iterations::text, cost_breakdown::text, compactions, compaction_cost_nano_usd,
-		count_input_tokens, count_original_input_tokens, compacted_input_tokens, compaction_savings_nano_usd, cut, batch_id, custom_id
+		count_input_tokens, count_original_input_tokens, compacted_input_tokens, compaction_savings_nano_usd, cut, batch_id, custom_id,
+		COALESCE(savings_gross_nano_usd, savings_nano_usd), cache_penalty_nano_usd, cache_missed_input_tokens, cache_effect, cache_miss_cause
 		FROM ctxproxy_ledger
 		WHERE ($1 = '' OR tenant = $1) AND ($2::timestamptz IS NULL OR time >= $2) AND ($3::timestamptz IS NULL OR time < $3)
 		ORDER BY id`, f.Tenant, since, until)
@@ -199,24 +219,27 @@ func (l *PGLedger) Query(ctx context.Context, f Filter) ([]Call, error) {
 		var c Call
 		var edits string
 		var its, breakdown *string
-		var cost, savings, compactionCost, compactionSavings int64
+		var cost, savings, compactionCost, compactionSavings, gross, penalty int64
 		var countIn, countOrig *int64
 		u := &c.Usage
 		if err := rows.Scan(&c.Time, &c.Tenant, &c.Model, &c.RequestID, &c.MessageID, &c.Stream, &c.Status,
 			&u.InputTokens, &u.OutputTokens, &u.CacheCreationInputTokens, &u.CacheCreation1hInputTokens, &u.CacheReadInputTokens,
 			&edits, &cost, &savings, &c.PriceUnknown, &c.KeyID, &c.User,
 			&u.WebSearchRequests, &c.ServiceTier, &its, &breakdown, &c.Compactions, &compactionCost, &countIn, &countOrig,
-			&c.CompactedInputTokens, &compactionSavings, &c.Cut, &c.BatchID, &c.CustomID); err != nil {
+			&c.CompactedInputTokens, &compactionSavings, &c.Cut, &c.BatchID, &c.CustomID,
+			&gross, &penalty, &c.CacheMissedInputTokens, &c.CacheEffect, &c.CacheMissCause); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("query ledger: %w", err)
 		}
 		c.Time = c.Time.UTC()
 		c.Cost, c.Savings, c.CompactionCost, c.CompactionSavings = Money(cost), Money(savings), Money(compactionCost), Money(compactionSavings)
+		c.SavingsGross, c.CachePenalty = Money(gross), Money(penalty)
 		if err := readBreakdown(&c, its, breakdown); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("query ledger: %w", err)
 		}
 		if countIn != nil {
+			c.CacheEffect = "" // a count has no savings, so no cache effect
 			c.CountTokens = &CountTokens{InputTokens: *countIn}
 			if countOrig != nil {
 				c.CountTokens.OriginalInputTokens, c.CountTokens.HasOriginal = *countOrig, true

@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/pgmigrate"
 	"github.com/ctxproxy/ctxproxy/internal/pgtest"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // pgTestURL creates a schema of its own for t, dropped after it, and returns a URL whose
@@ -75,4 +77,43 @@ func TestPGLedgerMigrations(t *testing.T) {
 			t.Fatalf("err = %v", err)
 		}
 	})
+}
+
+// A row written before the savings parts existed (schema 7) reads back as recorded: savings
+// as they were, gross equal to them, no penalty, cache_effect none.
+func TestPGLedgerReadsRowsFromBeforeNetSavings(t *testing.T) {
+	ctx := context.Background()
+	url := pgTestURL(t)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pgmigrate.Apply(ctx, pool, pgmigrate.Schema{Name: PGSchema.Name, Versions: PGSchema.Versions[:7]}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO ctxproxy_ledger (time, tenant, model, cleared_input_tokens, savings_nano_usd, applied_edits,
+		cache_read_input_tokens) VALUES (now(), 'acme', 'claude-sonnet-4-5', 1000, 3000000, '[{"type":"clear_tool_uses_20250919","cleared_tool_uses":1,"cleared_input_tokens":1000}]', 5000)`); err != nil {
+		t.Fatal(err)
+	}
+	l, err := OpenPGLedger(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Append(ctx, sampleCalls()[0]); err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.Query(ctx, Filter{})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("got %v %v", got, err)
+	}
+	old := got[0]
+	if old.Savings != 3_000_000 || old.SavingsGross != 3_000_000 || old.CachePenalty != 0 || old.CacheEffect != CacheNone || old.CacheMissCause != "" {
+		t.Errorf("old row = savings %s gross %s penalty %s effect %q cause %q", old.Savings, old.SavingsGross, old.CachePenalty, old.CacheEffect, old.CacheMissCause)
+	}
+	if n := got[1]; n.SavingsGross != 15_540_000 || n.CachePenalty != 6_900_000 || n.Savings != 8_640_000 ||
+		n.CacheEffect != CacheMeasured || n.CacheMissCause != CauseEdits || n.CacheMissedInputTokens != 2000 {
+		t.Errorf("new row = %+v", n)
+	}
 }

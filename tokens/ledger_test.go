@@ -26,13 +26,17 @@ func sampleCalls() []Call {
 		{Time: t0, Tenant: "acme", KeyID: "0a1b2c3d", User: "ana@example.com", Model: "claude-sonnet-4-5-20250929", RequestID: "req_1", MessageID: "msg_1", Status: 200,
 			Usage: Usage{InputTokens: 1000, OutputTokens: 200, CacheCreationInputTokens: 30, CacheReadInputTokens: 4000},
 			Edits: []AppliedEdit{{Type: EditClearThinking, ClearedThinkingTurns: 2, ClearedInputTokens: 1800}, {Type: EditClearToolUses, ClearedToolUses: 8, ClearedInputTokens: 50000}},
-			Cost:  3_000_000 + 3_000_000 + 112_500 + 1_200_000, Savings: 155_400_000},
+			Cost:  3_000_000 + 3_000_000 + 112_500 + 1_200_000,
+			// cleared 51,800 at the read price $0.30/MTok, less 2,000 missed tokens re-written at $3.75 − $0.30
+			SavingsGross: 15_540_000, CachePenalty: 6_900_000, Savings: 8_640_000,
+			CacheMissedInputTokens: 2000, CacheMissCause: CauseEdits, CacheEffect: CacheMeasured},
 		{Time: t0.Add(time.Hour), Tenant: "acme", KeyID: "ffee0011", Model: "claude-opus-4-8", RequestID: "req_2", Stream: true, Status: 200,
-			Usage: Usage{InputTokens: 10, OutputTokens: 20, CacheCreationInputTokens: 300, CacheCreation1hInputTokens: 100},
-			Edits: []AppliedEdit{{Type: "compact_20260112", ClearedInputTokens: 9, Raw: `{"type":"compact_20260112","cleared_input_tokens":9,"note":"x"}`}}},
-		{Time: t0.Add(25 * time.Hour), Tenant: "beta", Model: "gpt-4o", RequestID: "req_3", Status: 529, PriceUnknown: true},
+			Usage:       Usage{InputTokens: 10, OutputTokens: 20, CacheCreationInputTokens: 300, CacheCreation1hInputTokens: 100},
+			Edits:       []AppliedEdit{{Type: "compact_20260112", ClearedInputTokens: 9, Raw: `{"type":"compact_20260112","cleared_input_tokens":9,"note":"x"}`}},
+			CacheEffect: CacheUnknown, CacheMissedInputTokens: 40, CacheMissCause: CauseExpiry},
+		{Time: t0.Add(25 * time.Hour), Tenant: "beta", Model: "gpt-4o", RequestID: "req_3", Status: 529, PriceUnknown: true, CacheEffect: CacheNone},
 		{Time: t0.Add(25*time.Hour + time.Minute), Tenant: "beta", Model: "claude-opus-4-8", RequestID: "req_cut", Stream: true, Status: 200,
-			Usage: Usage{InputTokens: 12, OutputTokens: 4096}, Cost: 102_460_000, Cut: true},
+			Usage: Usage{InputTokens: 12, OutputTokens: 4096}, Cost: 102_460_000, Cut: true, CacheEffect: CacheNone},
 		{Time: t0.Add(26 * time.Hour), Tenant: "beta", Model: "claude-opus-4-6", RequestID: "req_4", Status: 200, ServiceTier: "batch",
 			BatchID: "msgbatch_1", CustomID: "req-7",
 			Usage: Usage{InputTokens: 3000, OutputTokens: 300, CacheCreationInputTokens: 50, CacheCreation1hInputTokens: 20, WebSearchRequests: 2},
@@ -42,7 +46,7 @@ func sampleCalls() []Call {
 			},
 			Breakdown:   CostBreakdown{Input: 15_000_000, Output: 7_500_000, CacheWrite5m: 187_500, CacheWrite1h: 200_000, WebSearch: 20_000_000, BatchDiscount: -11_443_750},
 			Cost:        31_443_750,
-			Compactions: 1, CompactionCost: 7_500_000},
+			Compactions: 1, CompactionCost: 7_500_000, CacheEffect: CacheNone},
 		// count_tokens calls: with and without original_input_tokens
 		{Time: t0.Add(30 * time.Hour), Tenant: "acme", Model: "claude-opus-4-8", RequestID: "req_5", Status: 200,
 			CountTokens: &CountTokens{InputTokens: 25000, OriginalInputTokens: 70000, HasOriginal: true}},
@@ -60,7 +64,8 @@ func TestMarshalCallLine(t *testing.T) {
 	want := `{"v":1,"time":"2026-03-01T10:00:00.123456789Z","tenant":"acme","key_id":"0a1b2c3d","user":"ana@example.com","model":"claude-sonnet-4-5-20250929","request_id":"req_1","message_id":"msg_1","stream":false,"status":200,` +
 		`"usage":{"input_tokens":1000,"output_tokens":200,"cache_creation_input_tokens":30,"cache_read_input_tokens":4000},` +
 		`"applied_edits":[{"type":"clear_thinking_20251015","cleared_thinking_turns":2,"cleared_input_tokens":1800},{"type":"clear_tool_uses_20250919","cleared_tool_uses":8,"cleared_input_tokens":50000}],` +
-		`"cleared_input_tokens":51800,"cost_usd":0.0073125,"savings_usd":0.1554,"price_unknown":false}`
+		`"cleared_input_tokens":51800,"cost_usd":0.0073125,"savings_usd":0.00864,"savings_gross_usd":0.01554,"cache_penalty_usd":0.0069,` +
+		`"cache_missed_input_tokens":2000,"cache_effect":"measured","cache_miss_cause":"edits","price_unknown":false}`
 	if string(b) != want {
 		t.Errorf("line =\n%s\nwant\n%s", b, want)
 	}
@@ -655,6 +660,14 @@ func TestAppendCallMatchesTheRecordType(t *testing.T) {
 			BatchID: c.BatchID, CustomID: c.CustomID,
 			ServiceTier: c.ServiceTier, Compactions: c.Compactions, CompactionCostUSD: c.CompactionCost,
 			CompactedInputTokens: c.CompactedInputTokens, CompactionSavingsUSD: c.CompactionSavings}
+		if c.CountTokens == nil {
+			gross, penalty, missed := c.SavingsGross, c.CachePenalty, c.CacheMissedInputTokens
+			r.SavingsGrossUSD, r.CachePenaltyUSD, r.CacheMissedInputTokens = &gross, &penalty, &missed
+			r.CacheEffect, r.CacheMissCause = c.CacheEffect, c.CacheMissCause
+			if r.CacheEffect == "" {
+				r.CacheEffect = CacheNone
+			}
+		}
 		for _, it := range c.Iterations {
 			r.Iterations = append(r.Iterations, iterationRecord{Type: it.Type, Model: it.Model, Usage: it.Usage, CostUSD: it.Cost})
 		}

@@ -33,6 +33,9 @@ type Metrics struct {
 	memory          *prometheus.CounterVec   // tenant, command, result
 	cost            *prometheus.CounterVec   // tenant, model
 	savings         *prometheus.CounterVec   // tenant, model
+	savingsGross    *prometheus.CounterVec   // tenant, model
+	cachePenalty    *prometheus.CounterVec   // tenant, model
+	cacheMissed     *prometheus.CounterVec   // tenant, cause
 	compactions     *prometheus.CounterVec   // tenant, model
 	compactionCost  *prometheus.CounterVec   // tenant, model
 	compactionSaved *prometheus.CounterVec   // tenant, model
@@ -63,6 +66,7 @@ type pairChildren struct {
 	upstream                                prometheus.Observer
 	input, output, cacheCreation, cacheRead prometheus.Counter
 	cost, savings                           prometheus.Counter
+	savingsGross, cachePenalty              prometheus.Counter
 	compactions, compactionCost, webSearch  prometheus.Counter
 	compactionSaved                         prometheus.Counter
 }
@@ -75,6 +79,8 @@ type tenantChildren struct {
 	clearedInput, clearedToolUses, clearedThinking [3]prometheus.Counter
 	// per memory command × result
 	memory [len(memoryCommands) + 1][2]prometheus.Counter
+	// per cache miss cause (MissCauses)
+	cacheMissed [len(MissCauses)]prometheus.Counter
 }
 
 var memoryCommands = [...]string{"view", "create", "str_replace", "insert", "delete", "rename"}
@@ -89,6 +95,16 @@ func editIndex(t string) int {
 		return 1
 	}
 	return 2
+}
+
+// causeIndex is cause's place in MissCauses, -1 for none.
+func causeIndex(cause string) int {
+	for i, c := range MissCauses {
+		if c == cause {
+			return i
+		}
+	}
+	return -1
 }
 
 // modelSet is the bounded set of model labels.
@@ -142,8 +158,17 @@ func NewMetrics(tenants, models []string) *Metrics {
 		Name: "ctxproxy_cost_usd_total", Help: "Estimated cost at list prices in USD, by tenant and model.",
 	}, []string{"tenant", "model"})
 	m.savings = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "ctxproxy_savings_usd_total", Help: "Estimated savings of context editing in USD (cleared input tokens × input price).",
+		Name: "ctxproxy_savings_usd_total", Help: "Gross savings of context editing in USD (equal to ctxproxy_savings_gross_usd_total; net is gross minus ctxproxy_cache_penalty_usd_total).",
 	}, []string{"tenant", "model"})
+	m.savingsGross = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_savings_gross_usd_total", Help: "Gross savings of context editing in USD: cleared input tokens at the cache read price when the call used the cache, else the input price.",
+	}, []string{"tenant", "model"})
+	m.cachePenalty = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_cache_penalty_usd_total", Help: "What context editing's cache misses cost in USD (missed tokens re-written: write price − read price); net savings = gross − penalty.",
+	}, []string{"tenant", "model"})
+	m.cacheMissed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_cache_missed_input_tokens_total", Help: "Prompt cache tokens a call missed that the conversation's previous call had cached, by tenant and cause (edits, expiry, model, system, tools, client).",
+	}, []string{"tenant", "cause"})
 	m.compactions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ctxproxy_compactions_total", Help: "Server-side compactions (compaction entries of usage.iterations), by tenant and model.",
 	}, []string{"tenant", "model"})
@@ -169,7 +194,7 @@ func NewMetrics(tenants, models []string) *Metrics {
 		Name: "ctxproxy_ledger_dropped_total", Help: "Ledger records dropped because the write queue was full.",
 	})
 	for _, c := range []prometheus.Collector{m.requests, m.upstreamCalls, m.upstream, m.overhead, m.tokensTotal,
-		m.clearedInput, m.clearedToolUses, m.clearedThinking, m.memory, m.cost, m.savings, m.priceUnknown,
+		m.clearedInput, m.clearedToolUses, m.clearedThinking, m.memory, m.cost, m.savings, m.savingsGross, m.cachePenalty, m.cacheMissed, m.priceUnknown,
 		m.compactions, m.compactionCost, m.compactionSaved, m.webSearches,
 		m.openStreams, m.ledgerErrors, m.ledgerDropped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
@@ -264,6 +289,8 @@ func (m *Metrics) pair(tenant, model string) *pairChildren {
 		cacheRead:       m.tokensTotal.WithLabelValues(t, mo, "cache_read"),
 		cost:            m.cost.WithLabelValues(t, mo),
 		savings:         m.savings.WithLabelValues(t, mo),
+		savingsGross:    m.savingsGross.WithLabelValues(t, mo),
+		cachePenalty:    m.cachePenalty.WithLabelValues(t, mo),
 		compactions:     m.compactions.WithLabelValues(t, mo),
 		compactionCost:  m.compactionCost.WithLabelValues(t, mo),
 		compactionSaved: m.compactionSaved.WithLabelValues(t, mo),
@@ -303,6 +330,9 @@ func (m *Metrics) tenant(tenant string) *tenantChildren {
 		}
 		c.memory[i][0] = m.memory.WithLabelValues(t, cmd, "ok")
 		c.memory[i][1] = m.memory.WithLabelValues(t, cmd, "error")
+	}
+	for i, cause := range MissCauses {
+		c.cacheMissed[i] = m.cacheMissed.WithLabelValues(t, cause)
 	}
 	m.tenantCh[t] = c
 	return c
@@ -364,8 +394,12 @@ func (m *Metrics) ObserveCall(c *Call) {
 	if c.Cost > 0 {
 		p.cost.Add(c.Cost.USD())
 	}
-	if c.Savings > 0 {
-		p.savings.Add(c.Savings.USD())
+	if c.SavingsGross > 0 {
+		p.savings.Add(c.SavingsGross.USD())
+		p.savingsGross.Add(c.SavingsGross.USD())
+	}
+	if c.CachePenalty > 0 {
+		p.cachePenalty.Add(c.CachePenalty.USD())
 	}
 	addInt(p.compactions, c.Compactions)
 	if c.CompactionCost > 0 {
@@ -375,8 +409,11 @@ func (m *Metrics) ObserveCall(c *Call) {
 	if c.CompactionSavings > 0 {
 		p.compactionSaved.Add(c.CompactionSavings.USD())
 	}
-	if c.PriceUnknown || len(c.Edits) > 0 {
+	if c.PriceUnknown || len(c.Edits) > 0 || c.CacheMissedInputTokens > 0 {
 		t := m.tenant(c.Tenant)
+		if i := causeIndex(c.CacheMissCause); i >= 0 {
+			addInt(t.cacheMissed[i], c.CacheMissedInputTokens)
+		}
 		if c.PriceUnknown {
 			t.priceUnknown.Inc()
 		}

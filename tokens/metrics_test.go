@@ -16,8 +16,9 @@ func TestMetricsCountCalls(t *testing.T) {
 	m := NewMetrics([]string{"acme", "beta"}, p.Models())
 	calls := []Call{
 		{Tenant: "acme", Model: "claude-sonnet-4-5-20250929", Status: 200,
-			Usage: Usage{InputTokens: 1000, OutputTokens: 100, CacheCreationInputTokens: 10, CacheReadInputTokens: 5000},
-			Edits: []AppliedEdit{{Type: EditClearToolUses, ClearedToolUses: 3, ClearedInputTokens: 9000}, {Type: EditClearThinking, ClearedThinkingTurns: 2, ClearedInputTokens: 800}}},
+			Usage:       Usage{InputTokens: 1000, OutputTokens: 100, CacheCreationInputTokens: 10, CacheReadInputTokens: 5000},
+			Edits:       []AppliedEdit{{Type: EditClearToolUses, ClearedToolUses: 3, ClearedInputTokens: 9000}, {Type: EditClearThinking, ClearedThinkingTurns: 2, ClearedInputTokens: 800}},
+			CacheEffect: CacheMeasured, CacheMissCause: CauseEdits, CacheMissedInputTokens: 400},
 		{Tenant: "acme", Model: "claude-sonnet-4-5", Status: 200, Usage: Usage{InputTokens: 1, OutputTokens: 1},
 			Edits: []AppliedEdit{{Type: "compact_20260112", ClearedInputTokens: 50, Raw: `{}`}}},
 		{Tenant: "stranger", Model: "gpt-4o", Status: 200, Usage: Usage{InputTokens: 7}},
@@ -46,8 +47,13 @@ func TestMetricsCountCalls(t *testing.T) {
 		{"price unknown", testutil.ToFloat64(m.priceUnknown.WithLabelValues("other")), 1},
 		// (1000+1)×3 + (100+1)×15 + 10×3.75 + 5000×0.3 = 3003+1515+37.5+1500 = 6055.5 per million
 		{"cost in USD", testutil.ToFloat64(m.cost.WithLabelValues("acme", "claude-sonnet-4-5")), 0.0060555},
-		// (9000+800+50) × 3 / 1e6
-		{"savings in USD", testutil.ToFloat64(m.savings.WithLabelValues("acme", "claude-sonnet-4-5")), 0.02955},
+		// (9000+800) × 0.3 (cached call: read price) + 50 × 3 (no cache: input price), / 1e6
+		{"savings in USD", testutil.ToFloat64(m.savings.WithLabelValues("acme", "claude-sonnet-4-5")), 0.00309},
+		{"gross savings equal the savings counter", testutil.ToFloat64(m.savingsGross.WithLabelValues("acme", "claude-sonnet-4-5")), 0.00309},
+		// 400 missed tokens charged to the edits, all 5m: 400 × (3.75 − 0.30) / 1e6
+		{"cache penalty in USD", testutil.ToFloat64(m.cachePenalty.WithLabelValues("acme", "claude-sonnet-4-5")), 0.00138},
+		{"missed cache tokens by cause", testutil.ToFloat64(m.cacheMissed.WithLabelValues("acme", "edits")), 400},
+		{"missed cache tokens of another cause apart", testutil.ToFloat64(m.cacheMissed.WithLabelValues("acme", "expiry")), 0},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {

@@ -288,7 +288,7 @@ func (p *Prices) Entries() []*PriceEntry {
 	return append([]*PriceEntry(nil), p.entries...)
 }
 
-// Savings is the estimated saving of clearing cleared input tokens: cleared × input price.
+// Savings is cleared input tokens at the input price: what a measured compaction spared.
 func (pr Price) Savings(cleared int64) Money { return pr.Input.Times(cleared) }
 
 // Price fills c.Cost, c.Breakdown, c.Savings, c.Compactions, c.CompactionCost and
@@ -300,6 +300,7 @@ func (p *Prices) Price(c *Call) {
 	c.Compactions = countCompactions(c.Iterations)
 	if !p.priceWith(c, p.Lookup) {
 		c.Cost, c.Savings, c.CompactionCost, c.Breakdown, c.PriceUnknown = 0, 0, 0, CostBreakdown{}, true
+		c.SavingsGross, c.CachePenalty, c.CacheEffect = 0, 0, settleCacheEffect(c)
 		for i := range c.Iterations {
 			c.Iterations[i].Cost = 0
 		}

@@ -131,12 +131,13 @@ func TestPriceCallToTheCent(t *testing.T) {
 	}{
 		{
 			// 1,000,000×3 + 200,000×15 + 100,000×3.75 + 2,000,000×0.30 per million
-			// = 3 + 3 + 0.375 + 0.6 = 6.975; savings 50,000+1,800 cleared × 3/M = 0.1554
+			// = 3 + 3 + 0.375 + 0.6 = 6.975; savings 50,000+1,800 cleared × the read price 0.30/M
+			// = 0.01554 (the call used the cache: a cleared token would have been a read)
 			name: "sonnet 4.5 with cache writes, reads and two edits",
 			call: Call{Model: "claude-sonnet-4-5-20250929",
 				Usage: Usage{InputTokens: 1_000_000, OutputTokens: 200_000, CacheCreationInputTokens: 100_000, CacheReadInputTokens: 2_000_000},
 				Edits: []AppliedEdit{{Type: EditClearToolUses, ClearedToolUses: 8, ClearedInputTokens: 50_000}, {Type: EditClearThinking, ClearedThinkingTurns: 2, ClearedInputTokens: 1_800}}},
-			cost: "6.975", savings: "0.1554",
+			cost: "6.975", savings: "0.01554",
 		},
 		{
 			// 1 input token of Haiku 3 = $0.00000025; 1 cache read = $0.00000003
@@ -145,11 +146,19 @@ func TestPriceCallToTheCent(t *testing.T) {
 			cost: "0.00000028", savings: "0",
 		},
 		{
-			// 4200×5 + 350×25 + 12000×0.5 = 21000+8750+6000 = 35750 / 1e6 = 0.03575
+			// 4200×5 + 350×25 + 12000×0.5 = 21000+8750+6000 = 35750 / 1e6 = 0.03575; savings
+			// 12000 × the read price 0.5 = 0.006
 			name: "opus 4.8 typical agent turn",
 			call: Call{Model: "claude-opus-4-8", Usage: Usage{InputTokens: 4200, OutputTokens: 350, CacheReadInputTokens: 12000},
 				Edits: []AppliedEdit{{Type: EditClearToolUses, ClearedInputTokens: 12000}}},
-			cost: "0.03575", savings: "0.06",
+			cost: "0.03575", savings: "0.006",
+		},
+		{
+			// no cache_control, so no cache: the cleared tokens are saved at the input price
+			name: "a call without the cache saves at the input price",
+			call: Call{Model: "claude-opus-4-8", Usage: Usage{InputTokens: 4200, OutputTokens: 350},
+				Edits: []AppliedEdit{{Type: EditClearToolUses, ClearedInputTokens: 12000}}},
+			cost: "0.02975", savings: "0.06",
 		},
 		{
 			// 100 5m writes × 3.75 + 200 1h writes × 6 = 375 + 1200 = 1575 / 1e6
@@ -302,6 +311,7 @@ const exactTranscriptUsage = `{"input_tokens":1500,"output_tokens":800,"cache_cr
 //	message (opus)     1,500×5 + 800×25 + 2,000×6.25                        = 0.0075 + 0.02 + 0.0125 = 0.04
 //	web search         3 × $0.01                                                                     = 0.03
 //	total 1.12; with service_tier batch the tokens are half: 1.09/2 + 0.03 = 0.575
+//	savings: 10,000 cleared of a cached call at opus 4.6's read price 0.50 = 0.005 (batch 0.0025)
 func TestPriceIterationsToTheCent(t *testing.T) {
 	p := shippedPrices(t)
 	for _, tier := range []string{"", "batch"} {
@@ -315,8 +325,8 @@ func TestPriceIterationsToTheCent(t *testing.T) {
 				Edits: []AppliedEdit{{Type: EditClearToolUses, ClearedInputTokens: 10000}}}
 			p.Price(&c)
 			want := map[string][5]string{ // cost, compaction cost, savings, web search, batch discount
-				"":      {"1.12", "0.975", "0.05", "0.03", "0"},
-				"batch": {"0.575", "0.4875", "0.025", "0.03", "-0.545"},
+				"":      {"1.12", "0.975", "0.005", "0.03", "0"},
+				"batch": {"0.575", "0.4875", "0.0025", "0.03", "-0.545"},
 			}[tier]
 			got := [5]string{c.Cost.String(), c.CompactionCost.String(), c.Savings.String(), c.Breakdown.WebSearch.String(), c.Breakdown.BatchDiscount.String()}
 			for i := range got {

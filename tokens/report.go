@@ -63,8 +63,18 @@ type Totals struct {
 	ClearedInputTokens       int64 `json:"cleared_input_tokens"`
 	ClearedToolUses          int64 `json:"cleared_tool_uses"`
 	ClearedThinkingTurns     int64 `json:"cleared_thinking_turns"`
-	CostUSD                  Money `json:"cost_usd"`    // of priced calls only
-	SavingsUSD               Money `json:"savings_usd"` // of priced calls only
+	CostUSD                  Money `json:"cost_usd"` // of priced calls only
+	// SavingsUSD is net of the prompt cache: SavingsGrossUSD − CachePenaltyUSD (priced calls only).
+	SavingsUSD      Money `json:"savings_usd"`
+	SavingsGrossUSD Money `json:"savings_gross_usd"`
+	CachePenaltyUSD Money `json:"cache_penalty_usd"`
+	// CacheMissedInputTokens sums the lines' cache_missed_input_tokens, whatever the cause.
+	CacheMissedInputTokens int64 `json:"cache_missed_input_tokens"`
+	// CacheEffectUnknownCalls counts calls whose edits met the cache in a conversation this
+	// proxy had not seen before (cache_effect unknown): no penalty could be measured for them.
+	CacheEffectUnknownCalls int64 `json:"cache_effect_unknown_calls"`
+	// CacheHitRate is cache_read / (input + cache_read + cache_creation), 0 without input.
+	CacheHitRate float64 `json:"cache_hit_rate"`
 	PriceUnknownCalls        int64 `json:"price_unknown_calls"`
 	WebSearchRequests        int64 `json:"web_search_requests"`
 	Compactions              int64 `json:"compactions"`
@@ -87,6 +97,13 @@ func (t *Totals) Add(c *Call) {
 	}
 	t.CostUSD += c.Cost
 	t.SavingsUSD += c.Savings
+	t.SavingsGrossUSD += c.SavingsGross
+	t.CachePenaltyUSD += c.CachePenalty
+	t.CacheMissedInputTokens += c.CacheMissedInputTokens
+	if c.CacheEffect == CacheUnknown {
+		t.CacheEffectUnknownCalls++
+	}
+	t.setHitRate()
 	if c.PriceUnknown {
 		t.PriceUnknownCalls++
 	}
@@ -106,11 +123,24 @@ func (t *Totals) addTotals(o *Totals) {
 	t.ClearedThinkingTurns += o.ClearedThinkingTurns
 	t.CostUSD += o.CostUSD
 	t.SavingsUSD += o.SavingsUSD
+	t.SavingsGrossUSD += o.SavingsGrossUSD
+	t.CachePenaltyUSD += o.CachePenaltyUSD
+	t.CacheMissedInputTokens += o.CacheMissedInputTokens
+	t.CacheEffectUnknownCalls += o.CacheEffectUnknownCalls
 	t.PriceUnknownCalls += o.PriceUnknownCalls
 	t.WebSearchRequests += o.WebSearchRequests
 	t.Compactions += o.Compactions
 	t.CompactionCostUSD += o.CompactionCostUSD
 	t.CompactionSavingsUSD += o.CompactionSavingsUSD
+	t.setHitRate()
+}
+
+// setHitRate derives the cache hit rate from the token sums.
+func (t *Totals) setHitRate() {
+	t.CacheHitRate = 0
+	if all := t.InputTokens + t.CacheReadInputTokens + t.CacheCreationInputTokens; all > 0 {
+		t.CacheHitRate = float64(t.CacheReadInputTokens) / float64(all)
+	}
 }
 
 // Row is the totals of one tenant and group (a model name or a day).
@@ -261,12 +291,13 @@ func WriteReportTable(w io.Writer, r Report) error {
 		groupHdr = "MODEL"
 	}
 	header := []string{"TENANT", groupHdr, "CALLS", "INPUT", "OUTPUT", "CACHE_WRITE", "CACHE_READ",
-		"CLEARED_INPUT", "CLEARED_TOOLS", "CLEARED_THINK", "COST_USD", "SAVINGS_USD"}
+		"CLEARED_INPUT", "CLEARED_TOOLS", "CLEARED_THINK"}
 	// Compaction columns only when the period had a compaction: most ledgers have none.
 	compactions := r.Total.Compactions > 0
 	if compactions {
-		header = append(header[:10:10], "COMPACTIONS", "COMPACTION_USD", "COMPACTION_SAVED_USD", "COST_USD", "SAVINGS_USD")
+		header = append(header, "COMPACTIONS", "COMPACTION_USD", "COMPACTION_SAVED_USD")
 	}
+	header = append(header, "COST_USD", "GROSS_USD", "CACHE_PENALTY_USD", "SAVINGS_USD", "CACHE_HIT_RATE")
 	var lines [][]string
 	cells := func(tenant, group string, t *Totals) []string {
 		mark := "" // keeps the decimals aligned when some amounts are marked
@@ -282,7 +313,8 @@ func WriteReportTable(w io.Writer, r Report) error {
 		if compactions {
 			l = append(l, num(t.Compactions), t.CompactionCostUSD.Fixed(6)+mark, t.CompactionSavingsUSD.Fixed(6)+mark)
 		}
-		return append(l, t.CostUSD.Fixed(6)+mark, t.SavingsUSD.Fixed(6)+mark)
+		return append(l, t.CostUSD.Fixed(6)+mark, t.SavingsGrossUSD.Fixed(6)+mark, t.CachePenaltyUSD.Fixed(6)+mark,
+			t.SavingsUSD.Fixed(6)+mark, strconv.FormatFloat(100*t.CacheHitRate, 'f', 1, 64)+"%")
 	}
 	rowsOf := map[string]int{}
 	for _, row := range r.Rows {
@@ -331,6 +363,12 @@ func WriteReportTable(w io.Writer, r Report) error {
 	}
 	if r.Total.PriceUnknownCalls > 0 {
 		fmt.Fprintf(&b, "* %s call(s) of models without a price in prices.yaml are not in COST_USD or SAVINGS_USD.\n", num(r.Total.PriceUnknownCalls))
+	}
+	if r.Total.CachePenaltyUSD != 0 {
+		b.WriteString("SAVINGS_USD is net: GROSS_USD (cleared tokens at the price they would have cost) less CACHE_PENALTY_USD (the cache the edits invalidated, written again).\n")
+	}
+	if n := r.Total.CacheEffectUnknownCalls; n > 0 {
+		fmt.Fprintf(&b, "%s call(s) cleared cached prompts of conversations this proxy had not seen before (cache_effect_unknown_calls): their cache penalty is unknown and not in CACHE_PENALTY_USD.\n", num(n))
 	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("write report: %w", err)

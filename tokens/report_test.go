@@ -47,12 +47,14 @@ func reportCalls(t *testing.T) []Call {
 	day2 := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
 	calls := []Call{
 		// acme sonnet 4.5: 100,000×3 + 2,000×15 + 1,000×3.75 + 50,000×0.3 = 300,000+30,000+3,750+15,000 = $0.34875
-		// cleared 40,000 × 3 = $0.12
+		// gross: cleared 40,000 × the read price 0.3 = $0.012; penalty: 1,000 missed tokens charged
+		// to the edits, all 5m writes, × (3.75 − 0.3) = $0.00345; net $0.00855
 		{Time: day1, Tenant: "acme", Model: "claude-sonnet-4-5-20250929", Status: 200,
 			Usage: Usage{InputTokens: 100_000, OutputTokens: 2_000, CacheCreationInputTokens: 1_000, CacheReadInputTokens: 50_000},
-			Edits: []AppliedEdit{{Type: EditClearToolUses, ClearedToolUses: 6, ClearedInputTokens: 40_000}}},
+			Edits:       []AppliedEdit{{Type: EditClearToolUses, ClearedToolUses: 6, ClearedInputTokens: 40_000}},
+			CacheEffect: CacheMeasured, CacheMissCause: CauseEdits, CacheMissedInputTokens: 1_000},
 		// acme sonnet 4.5 (memory-loop second call): 10,000×3 + 500×15 + 60,000×0.3 = 30,000+7,500+18,000 = $0.0555
-		// cleared 1,000 + 2,000 = 3,000 × 3 = $0.009
+		// cleared 1,000 + 2,000 = 3,000 × 0.3 = $0.0009, its conversation unknown: no penalty
 		{Time: day2, Tenant: "acme", Model: "claude-sonnet-4-5-20250929", Status: 200, Stream: true,
 			Usage: Usage{InputTokens: 10_000, OutputTokens: 500, CacheReadInputTokens: 60_000},
 			Edits: []AppliedEdit{{Type: EditClearThinking, ClearedThinkingTurns: 2, ClearedInputTokens: 1_000}, {Type: EditClearToolUses, ClearedToolUses: 1, ClearedInputTokens: 2_000}}},
@@ -79,13 +81,18 @@ func TestBuildReportByModel(t *testing.T) {
 		tenant, group                   string
 		calls, in, out, cw, cr, cleared int64
 		tools, thinking, unknown        int64
-		cost, savings                   string
+		cost, gross, penalty, savings   string
+		effectUnknown                   int64
 	}
 	rows := []want{
-		{"acme", "claude-opus-4-8", 1, 3_333, 777, 0, 0, 0, 0, 0, 0, "0.03609", "0"},
-		{"acme", "claude-sonnet-4-5-20250929", 2, 110_000, 2_500, 1_000, 110_000, 43_000, 7, 2, 0, "0.40425", "0.129"},
-		{"beta", "claude-3-haiku-20240307", 1, 7, 3, 11, 13, 0, 0, 0, 0, "0.00000919", "0"},
-		{"beta", "claude-unknown-9", 1, 1_000, 1_000, 0, 0, 500, 1, 0, 1, "0", "0"},
+		{"acme", "claude-opus-4-8", 1, 3_333, 777, 0, 0, 0, 0, 0, 0, "0.03609", "0", "0", "0", 0},
+		{"acme", "claude-sonnet-4-5-20250929", 2, 110_000, 2_500, 1_000, 110_000, 43_000, 7, 2, 0, "0.40425", "0.0129", "0.00345", "0.00945", 1},
+		{"beta", "claude-3-haiku-20240307", 1, 7, 3, 11, 13, 0, 0, 0, 0, "0.00000919", "0", "0", "0", 0},
+		{"beta", "claude-unknown-9", 1, 1_000, 1_000, 0, 0, 500, 1, 0, 1, "0", "0", "0", "0", 0},
+	}
+	type sums struct {
+		calls, in, out, cw, cr, cleared, tools, thinking, unknown, effectUnknown int64
+		cost, gross, penalty, savings                                           Money
 	}
 	if len(r.Rows) != len(rows) {
 		t.Fatalf("rows: %+v", r.Rows)
@@ -93,22 +100,25 @@ func TestBuildReportByModel(t *testing.T) {
 	for i, w := range rows {
 		g := r.Rows[i]
 		t.Run(w.tenant+"/"+w.group, func(t *testing.T) {
-			gotT := Totals{g.Calls, g.InputTokens, g.OutputTokens, g.CacheCreationInputTokens, g.CacheReadInputTokens,
-				g.ClearedInputTokens, g.ClearedToolUses, g.ClearedThinkingTurns, g.CostUSD, g.SavingsUSD, g.PriceUnknownCalls, 0, 0, 0, 0}
-			wantT := Totals{w.calls, w.in, w.out, w.cw, w.cr, w.cleared, w.tools, w.thinking, usd(t, w.cost), usd(t, w.savings), w.unknown, 0, 0, 0, 0}
+			gotT := sums{g.Calls, g.InputTokens, g.OutputTokens, g.CacheCreationInputTokens, g.CacheReadInputTokens,
+				g.ClearedInputTokens, g.ClearedToolUses, g.ClearedThinkingTurns, g.PriceUnknownCalls, g.CacheEffectUnknownCalls,
+				g.CostUSD, g.SavingsGrossUSD, g.CachePenaltyUSD, g.SavingsUSD}
+			wantT := sums{w.calls, w.in, w.out, w.cw, w.cr, w.cleared, w.tools, w.thinking, w.unknown, w.effectUnknown,
+				usd(t, w.cost), usd(t, w.gross), usd(t, w.penalty), usd(t, w.savings)}
 			if g.Tenant != w.tenant || g.Group != w.group || gotT != wantT {
 				t.Errorf("row %+v\nwant %+v", g, wantT)
 			}
 		})
 	}
 	t.Run("tenant totals and grand total add up to the cent", func(t *testing.T) {
-		if len(r.Tenants) != 2 || r.Tenants[0].Tenant != "acme" || r.Tenants[0].CostUSD != usd(t, "0.44034") || r.Tenants[0].SavingsUSD != usd(t, "0.129") {
+		if len(r.Tenants) != 2 || r.Tenants[0].Tenant != "acme" || r.Tenants[0].CostUSD != usd(t, "0.44034") || r.Tenants[0].SavingsUSD != usd(t, "0.00945") {
 			t.Errorf("tenants: %+v", r.Tenants)
 		}
 		if r.Tenants[1].CostUSD != usd(t, "0.00000919") || r.Tenants[1].PriceUnknownCalls != 1 {
 			t.Errorf("beta: %+v", r.Tenants[1])
 		}
-		if r.Total.Calls != 5 || r.Total.CostUSD != usd(t, "0.44034919") || r.Total.SavingsUSD != usd(t, "0.129") ||
+		if r.Total.Calls != 5 || r.Total.CostUSD != usd(t, "0.44034919") || r.Total.SavingsUSD != usd(t, "0.00945") ||
+			r.Total.SavingsGrossUSD != usd(t, "0.0129") || r.Total.CachePenaltyUSD != usd(t, "0.00345") || r.Total.CacheEffectUnknownCalls != 1 ||
 			r.Total.InputTokens != 114_340 || r.Total.ClearedInputTokens != 43_500 || r.Total.PriceUnknownCalls != 1 {
 			t.Errorf("total: %+v", r.Total)
 		}
@@ -150,7 +160,7 @@ func TestBuildReportByDay(t *testing.T) {
 func TestEmptyReport(t *testing.T) {
 	r := BuildReport(nil, "")
 	b, _ := json.Marshal(r)
-	if string(b) != `{"group_by":"model","rows":[],"tenants":[],"total":{"calls":0,"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"cleared_input_tokens":0,"cleared_tool_uses":0,"cleared_thinking_turns":0,"cost_usd":0.00,"savings_usd":0.00,"price_unknown_calls":0,"web_search_requests":0,"compactions":0,"compaction_cost_usd":0.00,"compaction_savings_usd":0.00}}` {
+	if string(b) != `{"group_by":"model","rows":[],"tenants":[],"total":{"calls":0,"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"cleared_input_tokens":0,"cleared_tool_uses":0,"cleared_thinking_turns":0,"cost_usd":0.00,"savings_usd":0.00,"savings_gross_usd":0.00,"cache_penalty_usd":0.00,"cache_missed_input_tokens":0,"cache_effect_unknown_calls":0,"cache_hit_rate":0,"price_unknown_calls":0,"web_search_requests":0,"compactions":0,"compaction_cost_usd":0.00,"compaction_savings_usd":0.00}}` {
 		t.Errorf("empty report JSON: %s", b)
 	}
 	var buf bytes.Buffer
