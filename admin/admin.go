@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"net/http"
 
+	"github.com/ctxproxy/ctxproxy/internal/apierr"
 	"go.uber.org/zap"
 
-	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
 	"github.com/ctxproxy/ctxproxy/keys"
 )
 
@@ -42,17 +42,17 @@ func New(cfg Config) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !cfg.Auth.enabled() {
-			writeError(w, http.StatusNotFound, "not_found_error", "admin endpoints are disabled: start ctxproxy with CTXPROXY_ADMIN_TOKEN (or --admin-token) set")
+			apierr.Write(w, http.StatusNotFound, "not_found_error", "admin endpoints are disabled: start ctxproxy with CTXPROXY_ADMIN_TOKEN (or --admin-token) set")
 			return
 		}
 		p, ok := cfg.Auth.Authorize(r)
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ctxproxy-admin"`)
-			writeError(w, http.StatusUnauthorized, "authentication_error", "invalid or missing admin token")
+			apierr.Write(w, http.StatusUnauthorized, "authentication_error", "invalid or missing admin token")
 			return
 		}
 		if _, pattern := mux.Handler(r); pattern == "" {
-			writeError(w, http.StatusNotFound, "not_found_error", "no admin route for "+r.Method+" "+r.URL.Path)
+			apierr.Write(w, http.StatusNotFound, "not_found_error", "no admin route for "+r.Method+" "+r.URL.Path)
 			return
 		}
 		mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
@@ -74,7 +74,7 @@ func tenantScopedReport(next http.Handler) http.Handler {
 		}
 		q := r.URL.Query()
 		if t := q.Get("tenant"); t != "" && t != p.Tenant {
-			writeError(w, http.StatusForbidden, "permission_error", "this token may only read its own tenant's report")
+			apierr.Write(w, http.StatusForbidden, "permission_error", "this token may only read its own tenant's report")
 			return
 		}
 		q.Set("tenant", p.Tenant)
@@ -84,21 +84,10 @@ func tenantScopedReport(next http.Handler) http.Handler {
 	})
 }
 
-// writeError writes the API's error shape.
-func writeError(w http.ResponseWriter, status int, typ, msg string) {
-	b := append([]byte(`{"type":"error","error":{"type":`), jsonstr.Append(nil, typ)...)
-	b = append(b, `,"message":`...)
-	b = append(jsonstr.Append(b, msg), "}}\n"...)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	w.Write(b) //nolint:errcheck // client gone
-}
-
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "api_error", "encode reply: "+err.Error())
+		apierr.Write(w, http.StatusInternalServerError, "api_error", "encode reply: "+err.Error())
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

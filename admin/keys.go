@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ctxproxy/ctxproxy/internal/apierr"
 	"go.uber.org/zap"
 
 	"github.com/ctxproxy/ctxproxy/keys"
@@ -73,7 +74,7 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "request body: "+err.Error())
+		apierr.Write(w, http.StatusBadRequest, "invalid_request_error", "request body: "+err.Error())
 		return false
 	}
 	return true
@@ -86,11 +87,11 @@ func (a *keyAPI) create(w http.ResponseWriter, r *http.Request) {
 	}
 	spec, msg := a.spec(r, req)
 	if msg == errOtherTenant {
-		writeError(w, http.StatusForbidden, "permission_error", msg)
+		apierr.Write(w, http.StatusForbidden, "permission_error", msg)
 		return
 	}
 	if msg != "" {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", msg)
+		apierr.Write(w, http.StatusBadRequest, "invalid_request_error", msg)
 		return
 	}
 	k, secret, err := a.ring.Create(r.Context(), spec)
@@ -148,7 +149,7 @@ func (a *keyAPI) list(w http.ResponseWriter, r *http.Request) {
 		tenant = p.Tenant
 	}
 	if !p.May(tenant) {
-		writeError(w, http.StatusForbidden, "permission_error", errOtherTenant)
+		apierr.Write(w, http.StatusForbidden, "permission_error", errOtherTenant)
 		return
 	}
 	ks, err := a.ring.List(r.Context(), tenant)
@@ -172,13 +173,13 @@ func (a *keyAPI) target(w http.ResponseWriter, r *http.Request) (keys.Key, bool)
 	want := r.URL.Query().Get("tenant")
 	switch {
 	case errors.Is(err, keys.ErrNotFound), err == nil && want != "" && k.Tenant != want:
-		writeError(w, http.StatusNotFound, "not_found_error", "no key "+id)
+		apierr.Write(w, http.StatusNotFound, "not_found_error", "no key "+id)
 		return keys.Key{}, false
 	case err != nil:
 		a.storeFailed(w, "read", "", err)
 		return keys.Key{}, false
 	case !principal(r).May(k.Tenant):
-		writeError(w, http.StatusNotFound, "not_found_error", "no key "+id)
+		apierr.Write(w, http.StatusNotFound, "not_found_error", "no key "+id)
 		return keys.Key{}, false
 	}
 	return k, true
@@ -208,7 +209,7 @@ func (a *keyAPI) rotate(w http.ResponseWriter, r *http.Request) {
 	if req.Grace != "" {
 		var err error
 		if grace, err = time.ParseDuration(req.Grace); err != nil || grace < 0 {
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "grace must be a duration such as 0s, 30m or 24h")
+			apierr.Write(w, http.StatusBadRequest, "invalid_request_error", "grace must be a duration such as 0s, 30m or 24h")
 			return
 		}
 	}
@@ -218,7 +219,7 @@ func (a *keyAPI) rotate(w http.ResponseWriter, r *http.Request) {
 	}
 	k, secret, err := a.ring.Rotate(r.Context(), old.ID, grace)
 	if errors.Is(err, keys.ErrRevoked) || errors.Is(err, keys.ErrExpired) {
-		writeError(w, http.StatusConflict, "invalid_request_error", "key "+old.ID+" cannot be rotated: "+err.Error())
+		apierr.Write(w, http.StatusConflict, "invalid_request_error", "key "+old.ID+" cannot be rotated: "+err.Error())
 		return
 	}
 	if err != nil {
@@ -232,5 +233,5 @@ func (a *keyAPI) rotate(w http.ResponseWriter, r *http.Request) {
 
 func (a *keyAPI) storeFailed(w http.ResponseWriter, op, tenant string, err error) {
 	a.log.Error("key store failed", zap.String("op", op), zap.String("tenant", tenant), zap.Error(err))
-	writeError(w, http.StatusServiceUnavailable, "api_error", "the key store is unavailable")
+	apierr.Write(w, http.StatusServiceUnavailable, "api_error", "the key store is unavailable")
 }

@@ -30,6 +30,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/apierr"
 	"go.uber.org/zap"
 
 	operatorauth "github.com/ctxproxy/ctxproxy/admin"
@@ -92,7 +93,7 @@ func New(cfg Config) *API {
 		a.mux.Handle(pattern, a.auth(h))
 	}
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found_error", "no route for "+r.Method+" "+r.URL.Path)
+		apierr.Write(w, http.StatusNotFound, "not_found_error", "no route for "+r.Method+" "+r.URL.Path)
 	})
 	return a
 }
@@ -125,18 +126,18 @@ func (a *API) auth(h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := &call{r: r}
 		if token(r) == "" {
-			writeError(w, http.StatusUnauthorized, "authentication_error", "the memory operator API needs an operator token (x-api-key or Authorization: Bearer)")
+			apierr.Write(w, http.StatusUnauthorized, "authentication_error", "the memory operator API needs an operator token (x-api-key or Authorization: Bearer)")
 			return
 		}
 		who, ok := a.tokens.Authorize(r)
 		if !ok {
-			writeError(w, http.StatusUnauthorized, "authentication_error", "invalid operator token")
+			apierr.Write(w, http.StatusUnauthorized, "authentication_error", "invalid operator token")
 			return
 		}
 		c.operator = who.Name
 		if who.Tenant != "" {
 			if c.tenant = a.cfg.Policies.Current().Tenant(who.Tenant); c.tenant == nil {
-				writeError(w, http.StatusUnauthorized, "authentication_error", "invalid operator token")
+				apierr.Write(w, http.StatusUnauthorized, "authentication_error", "invalid operator token")
 				return
 			}
 		}
@@ -207,7 +208,7 @@ func (a *API) store(w http.ResponseWriter, c *call) (storeRef, bool) {
 	name, ok := strings.CutPrefix(id, StoreIDPrefix)
 	p := a.cfg.Policies.Current().StoreOwner(name)
 	if !ok || p == nil || (c.tenant != nil && c.tenant.Tenant != p.Tenant) {
-		writeError(w, http.StatusNotFound, "not_found_error", "memory store "+quoteID(id)+" not found")
+		apierr.Write(w, http.StatusNotFound, "not_found_error", "memory store "+quoteID(id)+" not found")
 		return storeRef{}, false
 	}
 	c.audit.Tenant = name
@@ -239,39 +240,30 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-// writeError answers in the API's error shape.
-func writeError(w http.ResponseWriter, status int, typ, msg string) {
-	writeErrorObj(w, status, map[string]any{"type": typ, "message": msg})
-}
-
-func writeErrorObj(w http.ResponseWriter, status int, obj map[string]any) {
-	writeJSON(w, status, map[string]any{"type": "error", "error": obj})
-}
-
 // storeError answers a store failure in the hosted API's terms.
 func (a *API) storeError(w http.ResponseWriter, c *call, err error, what string) {
 	var pc *memoryhook.PathConflictError
 	var inv *memoryhook.InvalidError
 	switch {
 	case errors.Is(err, memoryhook.ErrNotExist):
-		writeError(w, http.StatusNotFound, "not_found_error", what+" not found")
+		apierr.Write(w, http.StatusNotFound, "not_found_error", what+" not found")
 	case errors.Is(err, memoryhook.ErrPrecondition):
-		writeError(w, http.StatusConflict, "memory_precondition_failed_error", "the memory's content_sha256 does not match the precondition, or it changed meanwhile")
+		apierr.Write(w, http.StatusConflict, "memory_precondition_failed_error", "the memory's content_sha256 does not match the precondition, or it changed meanwhile")
 	case errors.Is(err, memoryhook.ErrHeadVersion):
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "the head version of a live memory cannot be redacted")
+		apierr.Write(w, http.StatusBadRequest, "invalid_request_error", "the head version of a live memory cannot be redacted")
 	case errors.As(err, &pc):
-		writeErrorObj(w, http.StatusConflict, map[string]any{"type": "memory_path_conflict_error",
-			"message": "a memory or directory is in the way at " + pc.Path, "conflicting_memory_id": pc.MemoryID, "conflicting_path": pc.Path})
+		apierr.Write(w, http.StatusConflict, "memory_path_conflict_error", "a memory or directory is in the way at "+pc.Path,
+			apierr.String("conflicting_memory_id", pc.MemoryID), apierr.String("conflicting_path", pc.Path))
 	case errors.As(err, &inv):
-		writeError(w, http.StatusBadRequest, "invalid_request_error", inv.Msg)
+		apierr.Write(w, http.StatusBadRequest, "invalid_request_error", inv.Msg)
 	default:
 		a.cfg.Log.Error("memory operator call failed", zap.String("tenant", c.audit.Tenant),
 			zap.String("operator", c.operator), zap.String("path", c.r.URL.Path), zap.Error(err))
-		writeError(w, http.StatusServiceUnavailable, "api_error", "memory store unavailable")
+		apierr.Write(w, http.StatusServiceUnavailable, "api_error", "memory store unavailable")
 	}
 }
 
 func (a *API) storesByPolicy(w http.ResponseWriter, c *call) {
-	writeError(w, http.StatusBadRequest, "invalid_request_error",
+	apierr.Write(w, http.StatusBadRequest, "invalid_request_error",
 		"ctxproxy memory stores are the tenants of the policy files: add, change or remove a tenant's policy file instead")
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ctxproxy/ctxproxy/internal/apierr"
 	"go.uber.org/zap"
 )
 
@@ -168,14 +169,14 @@ func (a *API) listAudit(w http.ResponseWriter, c *call) {
 		return
 	}
 	if a.cfg.Audit == nil {
-		writeError(w, http.StatusNotFound, "not_found_error", "the audit log is off")
+		apierr.Write(w, http.StatusNotFound, "not_found_error", "the audit log is off")
 		return
 	}
 	n := 100
 	if s := c.r.URL.Query().Get("limit"); s != "" {
 		v, err := strconv.Atoi(s)
 		if err != nil || v < 1 || v > 1000 {
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "limit must be an integer from 1 to 1000")
+			apierr.Write(w, http.StatusBadRequest, "invalid_request_error", "limit must be an integer from 1 to 1000")
 			return
 		}
 		n = v

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"unicode/utf8"
 
+	"github.com/ctxproxy/ctxproxy/internal/apierr"
 	"go.uber.org/zap"
 
 	"github.com/ctxproxy/ctxproxy/memoryhook"
@@ -119,7 +120,7 @@ func (a *API) importStore(w http.ResponseWriter, c *call) {
 	for n := 1; sc.Scan(); n++ {
 		var line exportLine
 		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "line "+itoa(n)+": invalid JSON: "+err.Error())
+			apierr.Write(w, http.StatusBadRequest, "invalid_request_error", "line "+itoa(n)+": invalid JSON: "+err.Error())
 			return
 		}
 		switch line.Type {
@@ -128,7 +129,7 @@ func (a *API) importStore(w http.ResponseWriter, c *call) {
 			continue
 		case "memory":
 		default:
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "line "+itoa(n)+": type must be memory or memory_version")
+			apierr.Write(w, http.StatusBadRequest, "invalid_request_error", "line "+itoa(n)+": type must be memory or memory_version")
 			return
 		}
 		content := []byte(line.Content)
@@ -152,7 +153,7 @@ func (a *API) importStore(w http.ResponseWriter, c *call) {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "reading the export: "+err.Error())
+		apierr.Write(w, http.StatusBadRequest, "invalid_request_error", "reading the export: "+err.Error())
 		return
 	}
 	out := map[string]any{"type": "memory_import", "memory_store_id": storeID(p.Name)}
@@ -181,7 +182,7 @@ func (a *API) purge(w http.ResponseWriter, c *call) {
 		return
 	}
 	if body.Confirm != storeID(p.Name) {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "purge erases the store for good: send {\"confirm\": \""+storeID(p.Name)+"\"}")
+		apierr.Write(w, http.StatusBadRequest, "invalid_request_error", "purge erases the store for good: send {\"confirm\": \""+storeID(p.Name)+"\"}")
 		return
 	}
 	files, versions, err := a.cfg.Store.Purge(c.r.Context(), p.Name)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/apierr"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/ctxproxy/ctxproxy/policy"
 )
@@ -58,7 +59,7 @@ func view(w http.ResponseWriter, r *http.Request, def string) (full, ok bool) {
 	case "basic", "full":
 		return v == "full", true
 	default:
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "view must be basic or full")
+		apierr.Write(w, http.StatusBadRequest, "invalid_request_error", "view must be basic or full")
 		return false, false
 	}
 }
@@ -79,7 +80,7 @@ func page(w http.ResponseWriter, r *http.Request) (full bool, n int, ok bool) {
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 || n > max {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("limit must be an integer from 1 to %d", max))
+		apierr.Write(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("limit must be an integer from 1 to %d", max))
 		return false, 0, false
 	}
 	return full, n, true
@@ -146,14 +147,14 @@ func (a *API) listMemories(w http.ResponseWriter, c *call) {
 	}
 	prefix := q.Get("path_prefix")
 	if prefix != "" && (!strings.HasPrefix(prefix, "/") || !strings.HasSuffix(prefix, "/")) {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "path_prefix must start and end with /")
+		apierr.Write(w, http.StatusBadRequest, "invalid_request_error", "path_prefix must start and end with /")
 		return
 	}
 	depth := 0
 	if s := q.Get("depth"); s != "" {
 		d, err := strconv.Atoi(s)
 		if err != nil || d < 1 {
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "depth must be a positive integer")
+			apierr.Write(w, http.StatusBadRequest, "invalid_request_error", "depth must be a positive integer")
 			return
 		}
 		depth = d
@@ -162,7 +163,7 @@ func (a *API) listMemories(w http.ResponseWriter, c *call) {
 	if pg := q.Get("page"); pg != "" {
 		b, err := base64.RawURLEncoding.DecodeString(pg)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid page cursor")
+			apierr.Write(w, http.StatusBadRequest, "invalid_request_error", "invalid page cursor")
 			return
 		}
 		after = string(b)
@@ -231,7 +232,7 @@ func listing(ms []memoryhook.Memory, prefix string, depth int) []listItem {
 func readBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
 	if err := dec.Decode(v); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid JSON body: "+err.Error())
+		apierr.Write(w, http.StatusBadRequest, "invalid_request_error", "invalid JSON body: "+err.Error())
 		return false
 	}
 	return true
@@ -254,7 +255,7 @@ func (a *API) createMemory(w http.ResponseWriter, c *call) {
 		return
 	}
 	if body.Path == nil || body.Content == nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "path and content are required")
+		apierr.Write(w, http.StatusBadRequest, "invalid_request_error", "path and content are required")
 		return
 	}
 	m, err := a.operator(p, c).Create(c.r.Context(), *body.Path, []byte(*body.Content))
@@ -301,7 +302,7 @@ func (a *API) getMemory(w http.ResponseWriter, c *call) {
 	case err != nil:
 		a.storeError(w, c, err, "memory "+quoteID(id))
 	case full && obj.Content == nil:
-		writeError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("memory %s (%s, %d bytes) was over the "+
+		apierr.Write(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("memory %s (%s, %d bytes) was over the "+
 			"tenant's max_file_bytes when ctxproxy found it, so its content was never read; rename it, delete it, or "+
 			"shrink it on disk", quoteID(id), m.Path, m.Size))
 	default:
@@ -332,7 +333,7 @@ func (a *API) updateMemory(w http.ResponseWriter, c *call) {
 	expect := ""
 	if pc := body.Precondition; pc != nil {
 		if pc.Type != "content_sha256" || !isSHA(pc.SHA256) {
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "precondition must be {type: content_sha256, content_sha256: <64 lowercase hex>}")
+			apierr.Write(w, http.StatusBadRequest, "invalid_request_error", "precondition must be {type: content_sha256, content_sha256: <64 lowercase hex>}")
 			return
 		}
 		expect = pc.SHA256
@@ -383,7 +384,7 @@ func (a *API) deleteMemory(w http.ResponseWriter, c *call) {
 	}
 	expect := c.r.URL.Query().Get("expected_content_sha256")
 	if expect != "" && !isSHA(expect) {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "expected_content_sha256 must be 64 lowercase hex digits")
+		apierr.Write(w, http.StatusBadRequest, "invalid_request_error", "expected_content_sha256 must be 64 lowercase hex digits")
 		return
 	}
 	id := c.r.PathValue("mem")
@@ -416,7 +417,7 @@ func (a *API) restoreMemory(w http.ResponseWriter, c *call) {
 		return
 	}
 	if body.VersionID == "" {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "version_id is required")
+		apierr.Write(w, http.StatusBadRequest, "invalid_request_error", "version_id is required")
 		return
 	}
 	expect := ""

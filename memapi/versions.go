@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/apierr"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 )
 
@@ -57,14 +58,14 @@ func versionQuery(w http.ResponseWriter, r *http.Request) (memoryhook.VersionQue
 	switch vq.Op {
 	case "", memoryhook.OpCreated, memoryhook.OpModified, memoryhook.OpDeleted:
 	default:
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "operation must be created, modified or deleted")
+		apierr.Write(w, http.StatusBadRequest, "invalid_request_error", "operation must be created, modified or deleted")
 		return vq, false
 	}
 	for key, dst := range map[string]*time.Time{"created_at[gte]": &vq.Since, "created_at[lte]": &vq.Until} {
 		if s := q.Get(key); s != "" {
 			t, err := time.Parse(time.RFC3339Nano, s)
 			if err != nil {
-				writeError(w, http.StatusBadRequest, "invalid_request_error", key+" must be an RFC 3339 time")
+				apierr.Write(w, http.StatusBadRequest, "invalid_request_error", key+" must be an RFC 3339 time")
 				return vq, false
 			}
 			*dst = t
@@ -73,7 +74,7 @@ func versionQuery(w http.ResponseWriter, r *http.Request) (memoryhook.VersionQue
 	if pg := q.Get("page"); pg != "" {
 		n, err := strconv.ParseInt(strings.TrimPrefix(pg, "seq_"), 10, 64)
 		if err != nil || n <= 0 || !strings.HasPrefix(pg, "seq_") {
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid page cursor")
+			apierr.Write(w, http.StatusBadRequest, "invalid_request_error", "invalid page cursor")
 			return vq, false
 		}
 		vq.BeforeSeq = n

@@ -3,11 +3,10 @@ package policy
 import (
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"unsafe"
 
-	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
+	"github.com/ctxproxy/ctxproxy/internal/apierr"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -24,15 +23,7 @@ func (e *RequestError) Error() string { return e.Type + ": " + e.Message }
 
 // JSON is the API's error body: {"type":"error","error":{"type":…,"message":…}}.
 func (e *RequestError) JSON() []byte {
-	b := []byte(`{"type":"error","error":{"type":`)
-	b = strconv.AppendQuote(b, e.Type)
-	b = append(b, `,"message":`...)
-	b = jsonstr.Append(b, e.Message)
-	if e.Details != "" {
-		b = append(b, `,"details":`...)
-		b = append(b, e.Details...)
-	}
-	return append(b, `}}`...)
+	return apierr.Body(e.Type, e.Message, apierr.Field{Name: "details", Raw: e.Details})
 }
 
 func badRequest(format string, args ...any) *RequestError {
