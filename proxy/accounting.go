@@ -166,3 +166,17 @@ func (x *exchange) finish() {
 		)
 	}
 }
+
+// settle charges what the request cost (every upstream call of it, memory rounds included, each
+// at its ledger line's cost), or releases its reservation when it cost nothing.
+func (x *exchange) settle() {
+	t := x.req.ticket
+	if t == nil {
+		return
+	}
+	if x.acct.cost == 0 { // no call, an error, a cancel, or a reply with no usage
+		t.Release(x.r.Context())
+		return
+	}
+	t.Settle(x.r.Context(), x.acct.cost)
+}

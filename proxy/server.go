@@ -4,8 +4,6 @@ package proxy
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -191,27 +189,6 @@ func (s *Server) passthrough(rt http.RoundTripper) http.Handler {
 	}
 }
 
-// upstreamFailure maps a failed upstream call to the status the client
-// gets; 0 means the client itself cancelled.
-func upstreamFailure(ctx context.Context, err error) (int, string) {
-	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		return 0, ""
-	}
-	if errors.Is(err, errUpstreamTimeout) || isTimeout(err) || errors.Is(err, context.DeadlineExceeded) {
-		return http.StatusGatewayTimeout, "upstream timed out"
-	}
-	return http.StatusBadGateway, "upstream unreachable: " + redactURLError(err)
-}
-
-// redactURLError keeps the cause but not the whole URL error chain noise.
-func redactURLError(err error) string {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err.Error()
-	}
-	return err.Error()
-}
-
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Write([]byte(`{"status":"ok"}`))
@@ -242,26 +219,6 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	// Redacted, as the start-up log line: the URL may carry a password.
 	b := append([]byte(`{"status":"ready","upstream":`), jsonstr.Append(nil, s.cfg.Upstream.Redacted())...)
 	w.Write(append(b, '}'))
-}
-
-// apiKey is the client's credential: x-api-key, else the Bearer token.
-func apiKey(h http.Header) string {
-	if k := h.Get("X-Api-Key"); k != "" {
-		return k
-	}
-	if a := h.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
-		return strings.TrimSpace(a[7:])
-	}
-	return ""
-}
-
-// keyID is the loggable form of a key: the first 8 hex digits of its sha256.
-func keyID(key string) string {
-	if key == "" {
-		return ""
-	}
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:4])
 }
 
 // NewHTTPServer wraps h in the http.Server ctxproxy listens with: bounded

@@ -211,3 +211,44 @@ func (x *exchange) endStream(sw *streamWriter, rd *round, round int, stop string
 		sw.send(appendSSE(nil, "message_stop", []byte(`{"type":"message_stop"}`)))
 	}
 }
+
+// streamWriter is the one event stream the client sees, across every round
+// of the memory loop. Every write is flushed at once.
+type streamWriter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	started bool   // the 200 and headers went out
+	next    int    // the client's next content block index
+	n       int64  // bytes written
+	err     error  // the first failed write: the client is gone
+	scratch []byte // a renumbered event being sent; reused
+}
+
+func newStreamWriter(w http.ResponseWriter) *streamWriter {
+	return &streamWriter{w: w, rc: http.NewResponseController(w)}
+}
+
+// startStream sends the status and the first reply's headers.
+func (x *exchange) startStream(sw *streamWriter, resp *http.Response) {
+	copyReplyHeaders(sw.w.Header(), resp.Header)
+	x.capHeaders(sw.w.Header())
+	x.out.status = http.StatusOK
+	sw.w.WriteHeader(http.StatusOK)
+	sw.started = true
+	sw.send(nil)
+}
+
+// streamed counts what the stream wrote, once it is over.
+func (x *exchange) streamed(sw *streamWriter) { x.out.n += sw.n }
+
+func (sw *streamWriter) send(b []byte) {
+	if sw.err != nil {
+		return
+	}
+	n, err := sw.w.Write(b)
+	sw.n += int64(n)
+	if err == nil {
+		err = sw.rc.Flush()
+	}
+	sw.err = err
+}

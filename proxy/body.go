@@ -1,9 +1,13 @@
 package proxy
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
 	"io"
 	"math/bits"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 )
@@ -167,4 +171,74 @@ func (r *leasedReader) eof() {
 		r.done = true
 		r.lease.settled()
 	}
+}
+
+// readClientBody reads the body within --max-body; past it the 413 names
+// the tenant when the key is a tenant's (the operator's first question).
+func (x *exchange) readClientBody(known bool) ([]byte, bool) {
+	s, r, q := x.s, x.r, &x.req
+	whose := ""
+	if known {
+		whose = " for tenant " + q.tenant
+	}
+	if r.ContentLength > s.cfg.MaxBody {
+		x.fail(http.StatusRequestEntityTooLarge, "request_too_large",
+			fmt.Sprintf("request body is %d bytes; the limit%s is %d bytes", r.ContentLength, whose, s.cfg.MaxBody))
+		return nil, false
+	}
+	body, lease, err := readBody(r, s.cfg.MaxBody)
+	q.lease = lease
+	q.bytesIn = int64(len(body))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			x.fail(http.StatusRequestEntityTooLarge, "request_too_large",
+				fmt.Sprintf("request body is over the limit%s of %d bytes", whose, s.cfg.MaxBody))
+			return nil, false
+		}
+		x.fail(http.StatusBadRequest, "invalid_request_error", "could not read request body: "+err.Error())
+		return nil, false
+	}
+	return body, true
+}
+
+// joinParts is the body the pieces make, without a copy when there is one.
+func joinParts(parts [][]byte) []byte {
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	return bytes.Join(parts, nil)
+}
+
+// readBody reads at most limit bytes; Content-Length sizes the buffer once
+// (a pooled one for large bodies: bodyLease above).
+func readBody(r *http.Request, limit int64) ([]byte, *bodyLease, error) {
+	rd := http.MaxBytesReader(nil, r.Body, limit)
+	if r.ContentLength > 0 {
+		buf, lease := newBodyBuf(int(r.ContentLength))
+		if _, err := io.ReadFull(rd, buf); err != nil {
+			lease.release()
+			return nil, nil, err
+		}
+		if err := pastLength(rd); err != nil {
+			lease.release()
+			return nil, nil, err
+		}
+		return buf, lease, nil
+	}
+	b, err := io.ReadAll(rd)
+	return b, nil, err
+}
+
+// errPastLength is a body that goes on past its Content-Length: a broken client.
+var errPastLength = errors.New("body longer than its content-length")
+
+// pastLength reads rd, a body read up to its declared length, for one byte more: any is
+// errPastLength.
+func pastLength(rd io.Reader) error {
+	var one [1]byte
+	if n, _ := rd.Read(one[:]); n > 0 {
+		return errPastLength
+	}
+	return nil
 }

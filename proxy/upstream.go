@@ -21,6 +21,62 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
+// roundTrip sends body upstream on the client's route, retrying per p, and
+// returns the reply with an identity body. t0 is when it was sent: the
+// call's upstream time runs until its reply was read (accounting.waited).
+func (x *exchange) roundTrip(ctx context.Context, body [][]byte, p retryPolicy) (resp *http.Response, t0 time.Time, err error) {
+	return x.callUpstream(ctx, x.r, body, p)
+}
+
+// callUpstream is every upstream call of the exchange, one path: the
+// request newRequest builds with the exchange's upstream headers (the
+// tenant's key in place of the client's), the call's span and its trace
+// context, the count of calls, an identity body, and a reply scrubbed of
+// the tenant's key. route gives the method, path and query: the client's
+// own request (x.r), whose call may take the upload that went ahead and the
+// pooled body, or another route of the API (countTokensRoute).
+func (x *exchange) callUpstream(ctx context.Context, route *http.Request, body [][]byte, p retryPolicy) (resp *http.Response, t0 time.Time, err error) {
+	t0 = time.Now()
+	ctx = x.startCallSpan(ctx, route.URL.Path, body)
+	var lead *leadUpload
+	var lease *bodyLease
+	if route == x.r {
+		lead, lease = x.req.lead, x.req.lease
+		x.req.lead = nil
+	}
+	if lead != nil {
+		t0 = lead.t0
+	}
+	resp, err = x.s.up.do(ctx, func(attempt int) (*http.Response, error) {
+		if attempt == 0 && lead != nil {
+			if resp, err, ok := lead.result(ctx); ok {
+				x.req.led = true
+				return resp, err
+			}
+			t0 = time.Now() // the upstream saw no whole request: send it again, whole
+		}
+		req := x.s.up.newRequest(ctx, route, x.req.header, body, lease)
+		x.injectTrace(ctx, req)
+		return x.s.up.send(req)
+	}, p)
+	x.acct.called()
+	if err == nil {
+		if err = decodeBody(resp); err != nil {
+			resp.Body.Close()
+		}
+	}
+	if err != nil {
+		x.acct.waited(t0)
+		x.failCallSpan(0, "upstream_unreachable")
+		return nil, t0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		x.failCallSpan(resp.StatusCode, "")
+	}
+	scrubReply(resp, x.req.upstreamKey)
+	return resp, t0, nil
+}
+
 // hopHeaders are the hop-by-hop headers of RFC 9110 §7.6.1, as
 // net/http/httputil drops them.
 var hopHeaders = []string{
@@ -224,7 +280,7 @@ func readCloser(r io.Reader) io.ReadCloser {
 // requestBody is a reader over the n bytes of parts. A small unpooled body
 // is one *bytes.Reader: net/http writes the headers and a body it knows is in
 // memory together, where any other reader costs a write(2) of the headers
-// alone first. A pooled body keeps its leased reader (bodypool.go), which
+// alone first. A pooled body keeps its leased reader (body.go), which
 // must see EOF before the buffer can go back.
 func requestBody(parts [][]byte, n int64, lease *bodyLease) io.Reader {
 	if lease == nil && n <= minPooledBody {
@@ -403,4 +459,25 @@ func (ir *idleReader) timedOut() bool {
 	default:
 		return false
 	}
+}
+
+// upstreamFailure maps a failed upstream call to the status the client
+// gets; 0 means the client itself cancelled.
+func upstreamFailure(ctx context.Context, err error) (int, string) {
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return 0, ""
+	}
+	if errors.Is(err, errUpstreamTimeout) || isTimeout(err) || errors.Is(err, context.DeadlineExceeded) {
+		return http.StatusGatewayTimeout, "upstream timed out"
+	}
+	return http.StatusBadGateway, "upstream unreachable: " + redactURLError(err)
+}
+
+// redactURLError keeps the cause but not the whole URL error chain noise.
+func redactURLError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
 }

@@ -68,16 +68,19 @@ func (x *exchange) capHeaders(h http.Header) {
 	x.req.ticket.Header(h)
 }
 
-// settle charges what the request cost (every upstream call of it, memory rounds included, each
-// at its ledger line's cost), or releases its reservation when it cost nothing.
-func (x *exchange) settle() {
-	t := x.req.ticket
-	if t == nil {
-		return
+// batchUser is a batch's end user for per-user caps: the key's or the
+// header's, as a request's; under user_from: metadata.user_id the one its
+// requests name, ok false when they name several (the batch is charged to
+// one user).
+func (x *exchange) batchUser(l *policy.Limits, items []policy.BatchItem) (user string, ok bool) {
+	meta := ""
+	if l.UserFrom == policy.UserFromMetadata {
+		for i, it := range items {
+			if i > 0 && it.MetadataUserID != meta {
+				return "", false
+			}
+			meta = it.MetadataUserID
+		}
 	}
-	if x.acct.cost == 0 { // no call, an error, a cancel, or a reply with no usage
-		t.Release(x.r.Context())
-		return
-	}
-	t.Settle(x.r.Context(), x.acct.cost)
+	return limits.UserOf(l, x.req.keyID, x.r.Header, meta), true
 }

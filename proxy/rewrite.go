@@ -1,12 +1,9 @@
 package proxy
 
 import (
+	"errors"
 	"net/http"
-	"strings"
 
-	"github.com/tidwall/gjson"
-
-	"github.com/ctxproxy/ctxproxy/limits"
 	"github.com/ctxproxy/ctxproxy/policy"
 )
 
@@ -41,34 +38,20 @@ func (x *exchange) acceptBatch(body []byte) bool {
 	return x.checkBatchLimits(info.Items)
 }
 
-// batchUser is a batch's end user for per-user caps: the key's or the
-// header's, as a request's; under user_from: metadata.user_id the one its
-// requests name, ok false when they name several (the batch is charged to
-// one user).
-func (x *exchange) batchUser(l *policy.Limits, items []policy.BatchItem) (user string, ok bool) {
-	meta := ""
-	if l.UserFrom == policy.UserFromMetadata {
-		for i, it := range items {
-			if i > 0 && it.MetadataUserID != meta {
-				return "", false
-			}
-			meta = it.MetadataUserID
+// accept takes the rewrite's result as the request, or answers the client its error.
+func (x *exchange) accept(parts [][]byte, info policy.RewriteInfo, err error) bool {
+	if err != nil {
+		var re *policy.RequestError
+		if errors.As(err, &re) {
+			x.refuse(re)
+			return false
 		}
+		x.fail(http.StatusBadRequest, "invalid_request_error", err.Error())
+		return false
 	}
-	return limits.UserOf(l, x.req.keyID, x.r.Header, meta), true
-}
-
-// openBatch records a batch the upstream created: its requests' hold becomes
-// the batch's (limits.Enforcer.OpenBatch) until its results pass through.
-func (x *exchange) openBatch(resp *http.Response, body []byte) {
-	e := x.s.cfg.Limits
-	if x.req.ep != epBatchCreate || e == nil || resp.StatusCode != http.StatusOK {
-		return
-	}
-	id := gjson.GetBytes(body, "id")
-	if id.Type != gjson.String || !batchID(id.Str) {
-		return
-	}
-	e.OpenBatch(x.r.Context(), x.req.ticket, limits.Batch{ID: strings.Clone(id.Str), Tenant: x.tenantLabel(),
-		KeyID: x.req.keyID, User: x.req.user})
+	// Rewrite read model and stream in its validating pass; a gjson lookup
+	// of an absent "stream" would walk the whole body once more.
+	q := &x.req
+	q.parts, q.info, q.model, q.stream = parts, info, info.Model, info.Stream
+	return true
 }

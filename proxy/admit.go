@@ -2,8 +2,11 @@ package proxy
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net/http"
+	"strings"
 
 	"go.uber.org/zap"
 
@@ -84,4 +87,53 @@ type passCallerKey struct{}
 func passthroughCaller(r *http.Request) caller {
 	c, _ := r.Context().Value(passCallerKey{}).(caller)
 	return c
+}
+
+// admit finds the caller and its tenant's policy, before the body is read:
+// a refused caller costs no read, and a 413 can name the tenant. known is
+// whether the key matched a tenant (not the default).
+func (x *exchange) admit(ep endpoint) (known, ok bool) {
+	s, r, q := x.s, x.r, &x.req
+	c, refused := s.authenticate(r.Context(), r.Header)
+	q.keyID = c.keyID // the refusal's log line says which key
+	if refused != nil {
+		x.fail(refused.status, refused.typ, refused.msg)
+		return false, false
+	}
+	q.user, q.upstreamKey = c.user, c.upstreamKey
+	if !c.known && s.cfg.RequireKnownTenant {
+		x.fail(http.StatusUnauthorized, "authentication_error", "the API key matches no ctxproxy tenant")
+		return false, false
+	}
+	q.pol = c.pol
+	q.header = upstreamHeader(r)
+	if c.upstreamKey != "" {
+		swapCredential(q.header, c.upstreamKey)
+	}
+	if pol := c.pol; pol != nil {
+		q.tenant = pol.Tenant
+		q.memory = pol.Memory.Mode == policy.MemoryProxy && ep == epMessages
+		q.retry = retryPolicy{retries: pol.Upstream.Retries, base: pol.Upstream.RetryBaseDelay, max: pol.Upstream.RetryMaxDelay}
+	}
+	return c.known, true
+}
+
+// apiKey is the client's credential: x-api-key, else the Bearer token.
+func apiKey(h http.Header) string {
+	if k := h.Get("X-Api-Key"); k != "" {
+		return k
+	}
+	if a := h.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
+		return strings.TrimSpace(a[7:])
+	}
+	return ""
+}
+
+// keyID is the loggable form of a key: the first 8 hex digits of its sha256.
+func keyID(key string) string {
+	if key == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:4])
 }
