@@ -224,7 +224,7 @@ func counters(l *policy.Limits, user string, now time.Time) ([]Counter, []standi
 func (e *Enforcer) price(model string) tokens.Price {
 	t := e.prices.Load()
 	if pe, ok := t.prices.Lookup(model); ok {
-		return pe.Price
+		return pe.Ceiling()
 	}
 	return t.fallback
 }

@@ -552,7 +552,7 @@ func (ps *parser) compact(n *yaml.Node) *Compact {
 			c.MeasureSavings, _ = ps.bool(v, w)
 		case "models":
 			if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
-				ps.add(v.Line, "%s must be a non-empty list of model names or prefixes, got %s", w, describe(v))
+				ps.add(v.Line, "%s must be a non-empty list of model names (each also names its dated snapshots), got %s", w, describe(v))
 				return
 			}
 			var models []string

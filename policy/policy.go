@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/internal/modelid"
 )
 
 // CMMode says how the tenant's context_management edits combine with the client's.
@@ -66,12 +68,15 @@ const (
 const DefaultThreads = ThreadsUnthreadEdits
 
 // DefaultCompactModels are the models compact_20260112 is written for when a policy lists none:
-// those the docs named as supporting compaction by Aug 2026 (shared/spec/compaction.md §1.1;
-// Haiku is not among them). Matched as prices are: exact, or followed by '-' or '@'.
+// those the docs named as supporting compaction by Aug 2026 (compaction spec, "two compaction
+// mechanisms"; Haiku is not among them) and their later versions of the same lines (Opus and
+// Sonnet 5.5, Fable and Mythos 5.1 and 5.2), which a prefix used to cover. Each names its model
+// and its dated snapshots, as price entries do (modelid), never another model.
 var DefaultCompactModels = []string{
-	"claude-opus-4-6", "claude-opus-4-7", "claude-opus-4-8", "claude-opus-5",
-	"claude-sonnet-4-6", "claude-sonnet-5",
-	"claude-fable-5", "claude-mythos-5", "claude-mythos-preview",
+	"claude-opus-4-6", "claude-opus-4-7", "claude-opus-4-8", "claude-opus-5", "claude-opus-5-5",
+	"claude-sonnet-4-6", "claude-sonnet-5", "claude-sonnet-5-5",
+	"claude-fable-5", "claude-fable-5-1", "claude-fable-5-2",
+	"claude-mythos-5", "claude-mythos-5-1", "claude-mythos-5-2", "claude-mythos-preview",
 }
 
 // Defaults for fields a policy file may omit.
@@ -191,17 +196,13 @@ type Compact struct {
 	MeasureSavings bool
 }
 
-// CompactFor reports whether the compact edit is written for model.
+// CompactFor reports whether the compact edit is written for model: one of Models or a dated
+// snapshot of one.
 func (c *Compact) CompactFor(model string) bool {
 	if c == nil || model == "" {
 		return false
 	}
-	for _, m := range c.Models {
-		if strings.HasPrefix(model, m) && (len(model) == len(m) || model[len(m)] == '-' || model[len(m)] == '@') {
-			return true
-		}
-	}
-	return false
+	return modelid.Any(model, c.Models)
 }
 
 // ClearThinking configures clear_thinking_20251015.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"sort"
 	"sync"
 )
 
@@ -35,7 +34,7 @@ func BuiltinPricesYAML() []byte { return append([]byte(nil), builtinPricesYAML..
 // model or prefix, o's other entries are added, and o's factors apply when its file set any.
 // Neither table is changed.
 func (p *Prices) Over(o *Prices) *Prices {
-	out := &Prices{exact: map[string]*PriceEntry{}, factors: p.factors, factorsSet: p.factorsSet}
+	out := &Prices{exact: map[string]*PriceEntry{}, named: map[string]*PriceEntry{}, factors: p.factors, factorsSet: p.factorsSet}
 	if o.factorsSet {
 		out.factors, out.factorsSet = o.factors, true
 	}
@@ -56,7 +55,6 @@ func (p *Prices) Over(o *Prices) *Prices {
 			out.add(e)
 		}
 	}
-	sort.SliceStable(out.prefixes, func(i, j int) bool { return len(out.prefixes[i].Prefix) > len(out.prefixes[j].Prefix) })
 	return out
 }
 
@@ -72,7 +70,7 @@ func (p *Prices) add(e *PriceEntry) {
 	if e.Model != "" {
 		p.exact[e.Model] = e
 	} else {
-		p.prefixes = append(p.prefixes, e)
+		p.named[e.Prefix] = e
 	}
 	p.entries = append(p.entries, e)
 }

@@ -78,7 +78,7 @@ func (p *Prices) priceCall(c *Call, e *PriceEntry, lookup func(string) (*PriceEn
 	var b CostBreakdown
 	var compaction CostBreakdown
 	if c.Iterations == nil {
-		b.addTokens(e.Price, c.Usage)
+		b.addTokens(e.For(c.Usage), c.Usage)
 	}
 	for i := range c.Iterations {
 		it := &c.Iterations[i]
@@ -89,7 +89,7 @@ func (p *Prices) priceCall(c *Call, e *PriceEntry, lookup func(string) (*PriceEn
 			}
 		}
 		var ib CostBreakdown
-		ib.addTokens(pe.Price, it.Usage)
+		ib.addTokens(pe.For(it.Usage), it.Usage)
 		it.Cost = ib.Total()
 		if c.ServiceTier == TierBatch {
 			it.Cost = f.Batch.apply(it.Cost)

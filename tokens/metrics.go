@@ -2,12 +2,12 @@ package tokens
 
 import (
 	"net/http"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/modelid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -110,7 +110,6 @@ func causeIndex(cause string) int {
 // modelSet is the bounded set of model labels.
 type modelSet struct {
 	exact map[string]struct{}
-	byLen []string // longest first
 }
 
 // NewMetrics builds the metrics with their own registry. tenants are the known tenant names,
@@ -235,12 +234,8 @@ func (m *Metrics) SetModels(models []string) {
 		if mo == "" || mo == OtherLabel {
 			continue
 		}
-		if _, dup := ms.exact[mo]; !dup {
-			ms.exact[mo] = struct{}{}
-			ms.byLen = append(ms.byLen, mo)
-		}
+		ms.exact[mo] = struct{}{}
 	}
-	sort.SliceStable(ms.byLen, func(i, j int) bool { return len(ms.byLen[i]) > len(ms.byLen[j]) })
 	m.models.Store(ms)
 }
 
@@ -252,16 +247,16 @@ func (m *Metrics) TenantLabel(t string) string {
 	return OtherLabel
 }
 
-// ModelLabel is model itself when it is a label, else the longest label that is a prefix of
-// it as prices.yaml prefixes match (followed by '-' or '@'), else "other".
+// ModelLabel is model itself when it is a label, else the label of the model it is a dated
+// snapshot of (modelid), else "other".
 func (m *Metrics) ModelLabel(model string) string {
 	ms := m.models.Load()
 	if _, ok := ms.exact[model]; ok {
 		return model
 	}
-	for _, l := range ms.byLen {
-		if prefixMatch(model, l) {
-			return l
+	if b := modelid.Base(model); b != model {
+		if _, ok := ms.exact[b]; ok {
+			return b
 		}
 	}
 	return OtherLabel

@@ -7,9 +7,10 @@ import (
 	"io"
 	"os"
 	"slices"
-	"sort"
+	"strconv"
 	"strings"
 
+	"github.com/ctxproxy/ctxproxy/internal/modelid"
 	"gopkg.in/yaml.v3"
 )
 
@@ -18,11 +19,43 @@ type Price struct {
 	Input, Output, CacheWrite, CacheWrite1h, CacheRead Money
 }
 
-// PriceEntry is one entry of prices.yaml: a model matched exactly (Model) or by prefix (Prefix).
+// PriceEntry is one entry of prices.yaml: a model matched exactly (Model), or a model and its
+// dated snapshots (Prefix; matched by modelid, never another model whose id starts with it).
 type PriceEntry struct {
 	Model, Prefix string
 	Price         Price
-	Line          int // line in the file, for messages
+	// LongPrompt, when set, prices a call whose prompt is longer (Haiku 5.5 is priced by prompt
+	// length); nil: one price whatever the length.
+	LongPrompt *LongPrompt
+	Line       int // line in the file, for messages
+}
+
+// LongPrompt is the price of a model's calls whose prompt (input, cache reads and cache writes)
+// is over ThresholdTokens: every token of such a call, output included, is at Price.
+type LongPrompt struct {
+	ThresholdTokens int64
+	Price           Price
+}
+
+// For is the price of one model call with usage u: the long-prompt price when the entry has one
+// and u's prompt is over its threshold, else the entry's price.
+func (e *PriceEntry) For(u Usage) Price {
+	if lp := e.LongPrompt; lp != nil && u.TotalInput() > lp.ThresholdTokens {
+		return lp.Price
+	}
+	return e.Price
+}
+
+// Ceiling is the highest price any call of the model can pay per token of each kind, which a
+// spend cap holds for a request before its prompt's length is known.
+func (e *PriceEntry) Ceiling() Price {
+	pr := e.Price
+	if lp := e.LongPrompt; lp != nil {
+		pr.Input, pr.Output = max(pr.Input, lp.Price.Input), max(pr.Output, lp.Price.Output)
+		pr.CacheWrite, pr.CacheWrite1h = max(pr.CacheWrite, lp.Price.CacheWrite), max(pr.CacheWrite1h, lp.Price.CacheWrite1h)
+		pr.CacheRead = max(pr.CacheRead, lp.Price.CacheRead)
+	}
+	return pr
 }
 
 // Label is the bounded name this entry stands for in metrics: the model or the prefix.
@@ -35,9 +68,9 @@ func (e *PriceEntry) Label() string {
 
 // Prices maps model names to list prices. Immutable once loaded; safe for concurrent use.
 type Prices struct {
-	exact    map[string]*PriceEntry
-	prefixes []*PriceEntry // longest first
-	entries  []*PriceEntry // file order
+	exact   map[string]*PriceEntry // model: entries
+	named   map[string]*PriceEntry // prefix: entries, by their model
+	entries []*PriceEntry          // file order
 	factors  Factors
 	// factorsSet: the file set factors or web_search_per_1000 (Over keeps them).
 	factorsSet bool
@@ -67,12 +100,16 @@ func LoadPrices(path string) (*Prices, error) {
 // ParsePrices parses prices.yaml content:
 //
 //	models:
-//	  - prefix: claude-sonnet-4-5   # or model: <exact name>
+//	  - prefix: claude-sonnet-4-5   # this model and its dated snapshots; or model: <exact name>
 //	    input: 3                    # USD per million tokens, at most 3 decimals
 //	    output: 15
 //	    cache_write: 3.75           # 5-minute cache write; optional, default factors.cache_write × input
 //	    cache_write_1h: 6           # optional; default factors.cache_write_1h × input
 //	    cache_read: 0.30            # optional; default factors.cache_read × input
+//	    long_prompt:                # optional: the prices of a call whose prompt is longer
+//	      threshold_tokens: 100000  # input + cache writes + cache reads over this
+//	      input: 6                  # and output, cache_*: as above
+//	      output: 22.50
 //	factors:                      # optional; these are the defaults (DefaultFactors)
 //	  cache_write: 1.25
 //	  cache_write_1h: 2
@@ -97,8 +134,7 @@ func ParsePrices(b []byte) (*Prices, error) {
 	if root.Kind != yaml.MappingNode {
 		return nil, lineErr(root, "top level must be a mapping with key models")
 	}
-	p := &Prices{exact: map[string]*PriceEntry{}, factors: DefaultFactors}
-	prefixSeen := map[string]*PriceEntry{}
+	p := &Prices{exact: map[string]*PriceEntry{}, named: map[string]*PriceEntry{}, factors: DefaultFactors}
 	var modelsNode *yaml.Node
 	seenTop := map[string]bool{}
 	for i := 0; i+1 < len(root.Content); i += 2 {
@@ -140,15 +176,13 @@ func ParsePrices(b []byte) (*Prices, error) {
 			}
 			p.exact[e.Model] = e
 		} else {
-			if old := prefixSeen[e.Prefix]; old != nil {
+			if old := p.named[e.Prefix]; old != nil {
 				return nil, lineErr(n, "prefix %q already priced on line %d", e.Prefix, old.Line)
 			}
-			prefixSeen[e.Prefix] = e
-			p.prefixes = append(p.prefixes, e)
+			p.named[e.Prefix] = e
 		}
 		p.entries = append(p.entries, e)
 	}
-	sort.SliceStable(p.prefixes, func(i, j int) bool { return len(p.prefixes[i].Prefix) > len(p.prefixes[j].Prefix) })
 	return p, nil
 }
 
@@ -158,13 +192,13 @@ func parseEntry(n *yaml.Node, f Factors) (*PriceEntry, error) {
 	}
 	e := &PriceEntry{Line: n.Line}
 	seen := map[string]bool{}
+	var long *yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if seen[k.Value] {
 			return nil, lineErr(k, "duplicate key %q", k.Value)
 		}
 		seen[k.Value] = true
-		var dst *Money
 		switch k.Value {
 		case "model", "prefix":
 			if v.Kind != yaml.ScalarNode || v.Tag != "!!str" || strings.TrimSpace(v.Value) == "" || v.Value != strings.TrimSpace(v.Value) {
@@ -175,32 +209,13 @@ func parseEntry(n *yaml.Node, f Factors) (*PriceEntry, error) {
 			} else {
 				e.Prefix = v.Value
 			}
-			continue
-		case "input":
-			dst = &e.Price.Input
-		case "output":
-			dst = &e.Price.Output
-		case "cache_write":
-			dst = &e.Price.CacheWrite
-		case "cache_write_1h":
-			dst = &e.Price.CacheWrite1h
-		case "cache_read":
-			dst = &e.Price.CacheRead
+		case "long_prompt":
+			long = v
 		default:
-			return nil, lineErr(k, "unknown key %q (want model or prefix, input, output, cache_write, cache_write_1h, cache_read)", k.Value)
-		}
-		if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!float") {
-			return nil, lineErr(v, "%s must be a number of USD per million tokens", k.Value)
-		}
-		// USD per million tokens with 3 decimals = nano-USD per token.
-		n, err := parseDecimal(v.Value, 3)
-		if err != nil || n < 0 {
-			if err == nil {
-				err = errors.New("negative")
+			if err := parsePriceField(k, v, &e.Price, "model or prefix, long_prompt, "); err != nil {
+				return nil, err
 			}
-			return nil, lineErr(v, "%s %q: %v (USD per million tokens, at most 3 decimals)", k.Value, v.Value, err)
 		}
-		*dst = Money(n)
 	}
 	switch {
 	case e.Model != "" && e.Prefix != "":
@@ -208,31 +223,114 @@ func parseEntry(n *yaml.Node, f Factors) (*PriceEntry, error) {
 	case e.Model == "" && e.Prefix == "":
 		return nil, lineErr(n, "entry needs model or prefix")
 	}
-	for _, k := range []string{"input", "output"} {
-		if !seen[k] {
-			return nil, lineErr(n, "%s: missing %s", e.Label(), k)
+	if err := completePrice(n, e.Label(), seen, &e.Price, f); err != nil {
+		return nil, err
+	}
+	if long != nil {
+		lp, err := parseLongPrompt(long, e.Label(), f)
+		if err != nil {
+			return nil, err
 		}
-	}
-	// Cache prices the entry leaves out follow the input price by the table's factors.
-	if !seen["cache_write"] {
-		e.Price.CacheWrite = f.CacheWrite.apply(e.Price.Input)
-	}
-	if !seen["cache_write_1h"] {
-		e.Price.CacheWrite1h = f.CacheWrite1h.apply(e.Price.Input)
-	}
-	if !seen["cache_read"] {
-		e.Price.CacheRead = f.CacheRead.apply(e.Price.Input)
+		e.LongPrompt = lp
 	}
 	return e, nil
+}
+
+// parseLongPrompt reads an entry's long_prompt: the prices of a call whose prompt is over
+// threshold_tokens.
+func parseLongPrompt(n *yaml.Node, label string, f Factors) (*LongPrompt, error) {
+	if n.Kind != yaml.MappingNode {
+		return nil, lineErr(n, "%s: long_prompt must be a mapping of threshold_tokens and prices", label)
+	}
+	lp := &LongPrompt{}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if seen[k.Value] {
+			return nil, lineErr(k, "duplicate key %q", k.Value)
+		}
+		seen[k.Value] = true
+		if k.Value == "threshold_tokens" {
+			t, err := strconv.ParseInt(v.Value, 10, 64)
+			if v.Kind != yaml.ScalarNode || v.Tag != "!!int" || err != nil || t <= 0 {
+				return nil, lineErr(v, "threshold_tokens must be a positive whole number of tokens")
+			}
+			lp.ThresholdTokens = t
+			continue
+		}
+		if err := parsePriceField(k, v, &lp.Price, "threshold_tokens, "); err != nil {
+			return nil, err
+		}
+	}
+	if !seen["threshold_tokens"] {
+		return nil, lineErr(n, "%s: long_prompt: missing threshold_tokens", label)
+	}
+	if err := completePrice(n, label+": long_prompt", seen, &lp.Price, f); err != nil {
+		return nil, err
+	}
+	return lp, nil
+}
+
+// parsePriceField reads one price key of an entry (or of its long_prompt) into pr.
+func parsePriceField(k, v *yaml.Node, pr *Price, otherKeys string) error {
+	var dst *Money
+	switch k.Value {
+	case "input":
+		dst = &pr.Input
+	case "output":
+		dst = &pr.Output
+	case "cache_write":
+		dst = &pr.CacheWrite
+	case "cache_write_1h":
+		dst = &pr.CacheWrite1h
+	case "cache_read":
+		dst = &pr.CacheRead
+	default:
+		return lineErr(k, "unknown key %q (want %sinput, output, cache_write, cache_write_1h, cache_read)", k.Value, otherKeys)
+	}
+	if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!float") {
+		return lineErr(v, "%s must be a number of USD per million tokens", k.Value)
+	}
+	// USD per million tokens with 3 decimals = nano-USD per token.
+	n, err := parseDecimal(v.Value, 3)
+	if err != nil || n < 0 {
+		if err == nil {
+			err = errors.New("negative")
+		}
+		return lineErr(v, "%s %q: %v (USD per million tokens, at most 3 decimals)", k.Value, v.Value, err)
+	}
+	*dst = Money(n)
+	return nil
+}
+
+// completePrice checks that input and output were given and fills the cache prices left out from
+// the input price by the table's factors.
+func completePrice(n *yaml.Node, label string, seen map[string]bool, pr *Price, f Factors) error {
+	for _, k := range []string{"input", "output"} {
+		if !seen[k] {
+			return lineErr(n, "%s: missing %s", label, k)
+		}
+	}
+	if !seen["cache_write"] {
+		pr.CacheWrite = f.CacheWrite.apply(pr.Input)
+	}
+	if !seen["cache_write_1h"] {
+		pr.CacheWrite1h = f.CacheWrite1h.apply(pr.Input)
+	}
+	if !seen["cache_read"] {
+		pr.CacheRead = f.CacheRead.apply(pr.Input)
+	}
+	return nil
 }
 
 func lineErr(n *yaml.Node, format string, args ...any) error {
 	return fmt.Errorf("line %d: %s", n.Line, fmt.Sprintf(format, args...))
 }
 
-// Lookup finds the entry pricing model: an exact entry, else the longest prefix entry whose
-// prefix is the model or is followed in it by '-' or '@' (claude-sonnet-4-5 matches
-// claude-sonnet-4-5-20250929 and claude-sonnet-4-5@20250929, not claude-sonnet-4-50).
+// Lookup finds the entry pricing model: its exact (model:) entry, else the prefix: entry of the
+// model it is or is a dated snapshot of (modelid: claude-sonnet-4-5 prices
+// claude-sonnet-4-5-20250929 and claude-sonnet-4-5@20250929, never claude-sonnet-4-50, and
+// claude-opus-5 never prices claude-opus-5-5).
 func (p *Prices) Lookup(model string) (*PriceEntry, bool) {
 	if p == nil || model == "" {
 		return nil, false
@@ -240,23 +338,11 @@ func (p *Prices) Lookup(model string) (*PriceEntry, bool) {
 	if e, ok := p.exact[model]; ok {
 		return e, true
 	}
-	for _, e := range p.prefixes {
-		if prefixMatch(model, e.Prefix) {
-			return e, true
-		}
+	if e, ok := p.named[model]; ok {
+		return e, true
 	}
-	return nil, false
-}
-
-func prefixMatch(model, prefix string) bool {
-	if !strings.HasPrefix(model, prefix) {
-		return false
-	}
-	if len(model) == len(prefix) {
-		return true
-	}
-	c := model[len(prefix)]
-	return c == '-' || c == '@' || strings.HasSuffix(prefix, "-")
+	e, ok := p.named[modelid.Base(model)]
+	return e, ok
 }
 
 // Label is the bounded metrics label for model: its entry's label, else "other".
@@ -342,7 +428,7 @@ func (p *Prices) Charge(c *Call) Money {
 func (p *Prices) Dearest() Price {
 	var d Price
 	for _, e := range p.Entries() {
-		pr := e.Price
+		pr := e.Ceiling()
 		d.Input = max(d.Input, pr.Input, pr.CacheWrite, pr.CacheWrite1h)
 		d.Output = max(d.Output, pr.Output)
 	}

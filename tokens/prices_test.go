@@ -50,6 +50,13 @@ func TestShippedPrices(t *testing.T) {
 		{"claude-mythos-5", "claude-mythos-5", "10", "50", "12.5", "1", "20"},
 		{"claude-fable-5-1", "claude-fable-5-1", "10", "50", "12.5", "0.25", "20"},
 		{"claude-mythos-5-1-20260101", "claude-mythos-5-1", "10", "50", "12.5", "0.25", "20"},
+		{"claude-opus-5-5", "claude-opus-5-5", "4", "20", "5", "0.2", "8"},
+		{"claude-opus-5-5-20260916", "claude-opus-5-5", "4", "20", "5", "0.2", "8"},
+		{"claude-sonnet-5", "claude-sonnet-5", "2", "10", "2.5", "0.2", "4"},
+		{"claude-sonnet-5-5", "claude-sonnet-5-5", "2", "10", "2.5", "0.1", "4"},
+		{"claude-haiku-5-5", "claude-haiku-5-5", "0.1", "0.5", "0.125", "0.01", "0.2"},
+		{"claude-fable-5-2", "claude-fable-5-2", "8", "40", "10", "0.2", "16"},
+		{"claude-mythos-5-2@20261118", "claude-mythos-5-2", "8", "40", "10", "0.2", "16"},
 	}
 	perMTok := func(s string) Money { return usd(t, s) / 1_000_000 }
 	for _, tt := range tests {
@@ -65,7 +72,10 @@ func TestShippedPrices(t *testing.T) {
 			}
 		})
 	}
-	for _, m := range []string{"claude-sonnet-4-50", "gpt-4o", "", "claude-opus-4", "claude-2.1"} {
+	// A model whose name starts with a priced one is not that one: claude-opus-5-6 is unknown,
+	// never claude-opus-5's price.
+	for _, m := range []string{"claude-sonnet-4-50", "gpt-4o", "", "claude-opus-4", "claude-2.1",
+		"claude-opus-5-6", "claude-sonnet-5-7", "claude-fable-5-3", "claude-haiku-5-5-mini", "claude-opus-4-8-fast"} {
 		t.Run(m+" is unknown", func(t *testing.T) {
 			if e, ok := p.Lookup(m); ok {
 				t.Errorf("priced as %s", e.Label())
@@ -103,10 +113,12 @@ func TestLookupPrecedence(t *testing.T) {
 	tests := []struct{ model, label string }{
 		{"claude-x", "claude-x"},
 		{"claude-x-20250101", "claude-x"},
-		{"claude-x-big-2", "claude-x-big"},           // longest prefix wins
-		{"claude-x-big", "claude-x-big"},             // a prefix matches its own name
+		{"claude-x@20250101", "claude-x"},
+		{"claude-x-big-20250101", "claude-x-big"},    // a snapshot of the longer name is its own
+		{"claude-x-big", "claude-x-big"},             // a prefix entry names its own model
 		{"claude-x-big-exact", "claude-x-big-exact"}, // exact beats prefix
-		{"claude-x-big-exact-2", "claude-x-big"},     // exact entries are not prefixes
+		{"claude-x-big-2", OtherLabel},               // another model, not claude-x-big's
+		{"claude-x-big-exact-20250101", OtherLabel},  // exact entries name no snapshot
 		{"claude-xy", OtherLabel},
 	}
 	for _, tt := range tests {
@@ -167,6 +179,38 @@ func TestPriceCallToTheCent(t *testing.T) {
 			cost: "0.001575", savings: "0",
 		},
 		{
+			// the December models at their own read prices: 1M reads of Opus 5.5 = $0.20 (not
+			// Opus 5's $0.50), of Fable 5.1 = $0.25, of Sonnet 5.5 = $0.10
+			name: "opus 5.5 reads the cache at 0.05x input",
+			call: Call{Model: "claude-opus-5-5", Usage: Usage{InputTokens: 1_000_000, CacheReadInputTokens: 1_000_000}},
+			cost: "4.2", savings: "0",
+		},
+		{
+			name: "fable 5.1 reads the cache at 0.025x input",
+			call: Call{Model: "claude-fable-5-1", Usage: Usage{CacheReadInputTokens: 1_000_000}},
+			cost: "0.25", savings: "0",
+		},
+		{
+			name: "sonnet 5.5 reads the cache at 0.05x input",
+			call: Call{Model: "claude-sonnet-5-5-20261028", Usage: Usage{CacheReadInputTokens: 1_000_000}},
+			cost: "0.1", savings: "0",
+		},
+		{
+			// 100,000 prompt tokens is not over the threshold: 50,000×0.10 + 50,000×0.01 +
+			// 10,000×0.50 = 5000+500+5000 = 10500 / 1e6
+			name: "haiku 5.5 at 100,000 prompt tokens is at the short-prompt price",
+			call: Call{Model: "claude-haiku-5-5", Usage: Usage{InputTokens: 50_000, CacheReadInputTokens: 50_000, OutputTokens: 10_000}},
+			cost: "0.0105", savings: "0",
+		},
+		{
+			// one more prompt token (a cache write) moves every token of the call to the long
+			// price: 50,000×0.50 + 50,000×0.05 + 1×0.625 + 10,000×2.50
+			// = 25000+2500+0.625+25000 = 52500.625 / 1e6
+			name: "haiku 5.5 over 100,000 prompt tokens is at the long-prompt price, output included",
+			call: Call{Model: "claude-haiku-5-5", Usage: Usage{InputTokens: 50_000, CacheReadInputTokens: 50_000, CacheCreationInputTokens: 1, OutputTokens: 10_000}},
+			cost: "0.052500625", savings: "0",
+		},
+		{
 			name: "unknown model is marked, not priced at zero silently",
 			call: Call{Model: "gpt-4o", Usage: Usage{InputTokens: 1000}, Edits: []AppliedEdit{{ClearedInputTokens: 5}}, Cost: 77},
 			cost: "0", savings: "0", unknown: true,
@@ -209,6 +253,11 @@ func TestParsePricesErrors(t *testing.T) {
 		{"duplicate model", "models:\n  - model: a\n" + entry + "  - model: a\n" + entry, "line 7: model \"a\" already priced on line 2"},
 		{"duplicate prefix", "models:\n  - prefix: a\n" + entry + "  - prefix: a\n" + entry, "line 7: prefix \"a\" already priced on line 2"},
 		{"duplicate key", "models:\n  - model: a\n    input: 1\n    input: 2\n", "line 4: duplicate key \"input\""},
+		{"long_prompt without threshold", "models:\n  - model: a\n" + entry + "    long_prompt:\n      input: 1\n      output: 2\n", "line 8: a: long_prompt: missing threshold_tokens"},
+		{"long_prompt without output", "models:\n  - model: a\n" + entry + "    long_prompt:\n      threshold_tokens: 10\n      input: 1\n", "line 8: a: long_prompt: missing output"},
+		{"long_prompt threshold not a count", "models:\n  - model: a\n" + entry + "    long_prompt:\n      threshold_tokens: 1.5\n", "line 8: threshold_tokens must be a positive whole number"},
+		{"long_prompt unknown key", "models:\n  - model: a\n" + entry + "    long_prompt:\n      model: b\n", "line 8: unknown key \"model\" (want threshold_tokens, input"},
+		{"long_prompt not a mapping", "models:\n  - model: a\n" + entry + "    long_prompt: 5\n", "line 7: a: long_prompt must be a mapping"},
 		{"models not a list", "models: {}\n", "models must be a list"},
 		{"not yaml", "models: [\n", "parse:"},
 		{"empty", "", "empty file"},
@@ -417,4 +466,33 @@ func TestChargeIsTheLedgersCost(t *testing.T) {
 			t.Errorf("charge %s, want %s", p.Charge(&c), want)
 		}
 	})
+}
+
+func TestLongPromptCeilingHoldsTheDearerPrice(t *testing.T) {
+	p := shippedPrices(t)
+	e, ok := p.Lookup("claude-haiku-5-5")
+	if !ok || e.LongPrompt == nil || e.LongPrompt.ThresholdTokens != 100_000 {
+		t.Fatalf("haiku 5.5 entry %+v", e)
+	}
+	want := Price{Input: usd(t, "0.5") / 1e6, Output: usd(t, "2.5") / 1e6, CacheWrite: usd(t, "0.625") / 1e6,
+		CacheWrite1h: usd(t, "1") / 1e6, CacheRead: usd(t, "0.05") / 1e6}
+	if got := e.Ceiling(); got != want {
+		t.Errorf("ceiling %+v, want the long-prompt prices %+v", got, want)
+	}
+	if e, _ := p.Lookup("claude-opus-5-5"); e.Ceiling() != e.Price {
+		t.Error("an entry without long_prompt has its own price as ceiling")
+	}
+}
+
+func TestMetricsModelLabelsMatchLikePrices(t *testing.T) {
+	p := shippedPrices(t)
+	m := NewMetrics(nil, p.Models())
+	for _, model := range []string{"claude-opus-5", "claude-opus-5-5", "claude-opus-5-5-20260916", "claude-opus-5-6",
+		"claude-sonnet-4-5@20250929", "claude-sonnet-4-50", "gpt-4o"} {
+		t.Run(model, func(t *testing.T) {
+			if got, want := m.ModelLabel(model), p.Label(model); got != want {
+				t.Errorf("metrics label %q, price label %q", got, want)
+			}
+		})
+	}
 }
