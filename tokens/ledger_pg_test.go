@@ -14,7 +14,7 @@ import (
 
 // pgTestURL creates a schema of its own for t, dropped after it, and returns a URL whose
 // search_path points at it. Without PostgreSQL the test is skipped, or fails under CI=true.
-func pgTestURL(t *testing.T) string {
+func pgTestURL(t testing.TB) string {
 	t.Helper()
 	return pgtest.New(t, "tokens_test").URL
 }
