@@ -1,13 +1,16 @@
 package tokens
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ctxproxy/ctxproxy/internal/pgmigrate"
@@ -92,6 +95,71 @@ var PGSchema = pgmigrate.Schema{Name: "ledger", Versions: [][]string{
 			ADD COLUMN cache_effect text NOT NULL DEFAULT 'none',
 			ADD COLUMN cache_miss_cause text NOT NULL DEFAULT ''`,
 	},
+	// 9: rollups, so a report over a month reads sums, not rows: each hour's (UTC) lines summed
+	// per tenant and model, key id and user (dim), written in the transaction of each batch
+	// (rollupSums names the sums). The table is locked while the existing lines are summed
+	// into it, so no line is written meanwhile without its rollup. A report counts a
+	// count_tokens line only for a measured compaction's savings (lineTotals).
+	{
+		`LOCK TABLE ctxproxy_ledger IN SHARE MODE`,
+		`CREATE TABLE ctxproxy_ledger_rollup (
+			dim                         text        NOT NULL, -- model, key or user
+			tenant                      text        NOT NULL,
+			hour                        timestamptz NOT NULL,
+			value                       text        NOT NULL, -- '' for a line without a key id or user
+			calls                       bigint      NOT NULL DEFAULT 0,
+			input_tokens                bigint      NOT NULL DEFAULT 0,
+			output_tokens               bigint      NOT NULL DEFAULT 0,
+			cache_creation_input_tokens bigint      NOT NULL DEFAULT 0,
+			cache_read_input_tokens     bigint      NOT NULL DEFAULT 0,
+			cleared_input_tokens        bigint      NOT NULL DEFAULT 0,
+			cleared_tool_uses           bigint      NOT NULL DEFAULT 0,
+			cleared_thinking_turns      bigint      NOT NULL DEFAULT 0,
+			cost_nano_usd               bigint      NOT NULL DEFAULT 0,
+			savings_nano_usd            bigint      NOT NULL DEFAULT 0,
+			price_unknown_calls         bigint      NOT NULL DEFAULT 0,
+			web_search_requests         bigint      NOT NULL DEFAULT 0,
+			compactions                 bigint      NOT NULL DEFAULT 0,
+			compaction_cost_nano_usd    bigint      NOT NULL DEFAULT 0,
+			compaction_savings_nano_usd bigint      NOT NULL DEFAULT 0,
+			savings_gross_nano_usd      bigint      NOT NULL DEFAULT 0,
+			cache_penalty_nano_usd      bigint      NOT NULL DEFAULT 0,
+			cache_missed_input_tokens   bigint      NOT NULL DEFAULT 0,
+			cache_effect_unknown_calls  bigint      NOT NULL DEFAULT 0,
+			PRIMARY KEY (dim, tenant, hour, value)
+		) WITH (fillfactor = 80)`, // room on each page for the updates of its rows
+		`CREATE INDEX ctxproxy_ledger_rollup_hour ON ctxproxy_ledger_rollup (dim, hour)`,
+		`INSERT INTO ctxproxy_ledger_rollup (dim, tenant, hour, value, calls, input_tokens, output_tokens,
+			cache_creation_input_tokens, cache_read_input_tokens, cleared_input_tokens, cleared_tool_uses, cleared_thinking_turns,
+			cost_nano_usd, savings_nano_usd, price_unknown_calls, web_search_requests, compactions, compaction_cost_nano_usd,
+			compaction_savings_nano_usd, savings_gross_nano_usd, cache_penalty_nano_usd, cache_missed_input_tokens,
+			cache_effect_unknown_calls)
+		SELECT d.dim, l.tenant, date_trunc('hour', l.time, 'UTC'), d.value, sum(l.calls), sum(l.input_tokens), sum(l.output_tokens),
+			sum(l.cache_creation_input_tokens), sum(l.cache_read_input_tokens), sum(l.cleared_input_tokens), sum(l.cleared_tool_uses),
+			sum(l.cleared_thinking_turns), sum(l.cost_nano_usd), sum(l.savings_nano_usd), sum(l.price_unknown_calls),
+			sum(l.web_search_requests), sum(l.compactions), sum(l.compaction_cost_nano_usd), sum(l.compaction_savings_nano_usd),
+			sum(l.savings_gross_nano_usd), sum(l.cache_penalty_nano_usd), sum(l.cache_missed_input_tokens), sum(l.cache_effect_unknown_calls)
+		FROM (
+			SELECT time, tenant, model, key_id, user_name, 1 AS calls, input_tokens, output_tokens, cache_creation_input_tokens,
+				cache_read_input_tokens, cleared_input_tokens,
+				(SELECT coalesce(sum(CASE WHEN json_typeof(e->'cleared_tool_uses') = 'number'
+					THEN trunc((e->>'cleared_tool_uses')::numeric)::bigint ELSE 0 END), 0)
+					FROM json_array_elements(CASE WHEN json_typeof(applied_edits) = 'array' THEN applied_edits ELSE '[]' END) e) AS cleared_tool_uses,
+				(SELECT coalesce(sum(CASE WHEN json_typeof(e->'cleared_thinking_turns') = 'number'
+					THEN trunc((e->>'cleared_thinking_turns')::numeric)::bigint ELSE 0 END), 0)
+					FROM json_array_elements(CASE WHEN json_typeof(applied_edits) = 'array' THEN applied_edits ELSE '[]' END) e) AS cleared_thinking_turns,
+				cost_nano_usd, savings_nano_usd, CASE WHEN price_unknown THEN 1 ELSE 0 END AS price_unknown_calls,
+				web_search_requests, compactions, compaction_cost_nano_usd, 0 AS compaction_savings_nano_usd,
+				coalesce(savings_gross_nano_usd, savings_nano_usd) AS savings_gross_nano_usd, cache_penalty_nano_usd,
+				cache_missed_input_tokens, CASE WHEN cache_effect = 'unknown' THEN 1 ELSE 0 END AS cache_effect_unknown_calls
+			FROM ctxproxy_ledger WHERE count_input_tokens IS NULL
+			UNION ALL
+			SELECT time, tenant, model, key_id, user_name, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, compaction_savings_nano_usd, 0, 0, 0, 0
+			FROM ctxproxy_ledger WHERE count_input_tokens IS NOT NULL AND compaction_savings_nano_usd <> 0
+		) l
+		CROSS JOIN LATERAL (VALUES ('model', l.model), ('key', l.key_id), ('user', l.user_name)) AS d(dim, value)
+		GROUP BY 1, 2, 3, 4`,
+	},
 }}
 
 // OpenPGLedger connects to url (a pgx connection string; search_path and other runtime
@@ -128,7 +196,8 @@ const pgColumns = `INSERT INTO ctxproxy_ledger (time, tenant, model, request_id,
 
 const pgNumColumns = 37
 
-// AppendBatch inserts cs in one multi-row INSERT: all of them or none.
+// AppendBatch inserts cs in one multi-row INSERT and adds them to their rollups, in one
+// round trip and one transaction: all of them or none, never a line without its rollup.
 func (l *PGLedger) AppendBatch(ctx context.Context, cs []Call) (int, error) {
 	if len(cs) == 0 {
 		return 0, nil
@@ -140,21 +209,81 @@ func (l *PGLedger) AppendBatch(ctx context.Context, cs []Call) (int, error) {
 		if i > 0 {
 			sql.WriteByte(',')
 		}
-		sql.WriteByte('(')
-		for j := range pgNumColumns {
-			if j > 0 {
-				sql.WriteByte(',')
-			}
-			sql.WriteByte('$')
-			sql.WriteString(strconv.Itoa(len(args) + j + 1))
-		}
-		sql.WriteByte(')')
+		sql.WriteString(pgValuesRow(len(args)))
 		args = appendPGArgs(args, &cs[i])
 	}
-	if _, err := l.pool.Exec(ctx, sql.String(), args...); err != nil {
+	var b pgx.Batch
+	b.Queue(sql.String(), args...)
+	b.Queue(pgRollupUpsert, pgRollupArgs(cs)...)
+	// A batch not in a transaction runs in one implicit transaction.
+	if err := l.pool.SendBatch(ctx, &b).Close(); err != nil {
 		return 0, fmt.Errorf("ledger append: %w", err)
 	}
 	return len(cs), nil
+}
+
+// pgRollupUpsert adds rows of sums (pgRollupArgs) to ctxproxy_ledger_rollup.
+var pgRollupUpsert = func() string {
+	var cols, arrays, set strings.Builder
+	for i, f := range rollupSums {
+		fmt.Fprintf(&cols, ", %s", f.col)
+		fmt.Fprintf(&arrays, ", $%d::bigint[]", i+5)
+		if i > 0 {
+			set.WriteString(", ")
+		}
+		fmt.Fprintf(&set, "%s = r.%[1]s + excluded.%[1]s", f.col)
+	}
+	return `INSERT INTO ctxproxy_ledger_rollup AS r (dim, tenant, hour, value` + cols.String() + `)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[]` + arrays.String() + `)
+		ON CONFLICT (dim, tenant, hour, value) DO UPDATE SET ` + set.String()
+}()
+
+// pgRollupArgs are the rollup rows of cs as the arrays of pgRollupUpsert, in key order so
+// that concurrent batches lock the rows they share in the same order.
+func pgRollupArgs(cs []Call) []any {
+	m := make(map[rollupKey]*Totals, len(cs))
+	for i := range cs {
+		rollupAdd(m, &cs[i], time.Hour)
+	}
+	keys := make([]rollupKey, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b rollupKey) int {
+		return cmp.Or(strings.Compare(a.dim, b.dim), strings.Compare(a.tenant, b.tenant), a.bucket.Compare(b.bucket), strings.Compare(a.value, b.value))
+	})
+	dims, tenants, values := make([]string, len(keys)), make([]string, len(keys)), make([]string, len(keys))
+	hours := make([]time.Time, len(keys))
+	sums := make([][]int64, len(rollupSums))
+	for j := range sums {
+		sums[j] = make([]int64, len(keys))
+	}
+	for i, k := range keys {
+		dims[i], tenants[i], hours[i], values[i] = k.dim, k.tenant, k.bucket, k.value
+		t := m[k]
+		for j, f := range rollupSums {
+			sums[j][i] = *f.of(t)
+		}
+	}
+	args := []any{dims, tenants, hours, values}
+	for _, s := range sums {
+		args = append(args, s)
+	}
+	return args
+}
+
+// pgValuesRow is the VALUES row of one line whose first argument is $n+1.
+func pgValuesRow(n int) string {
+	b := make([]byte, 0, 8*pgNumColumns)
+	b = append(b, '(')
+	for j := range pgNumColumns {
+		if j > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '$')
+		b = strconv.AppendInt(b, int64(n+j+1), 10)
+	}
+	return string(append(b, ')'))
 }
 
 // appendPGArgs appends c's values in the order of pgColumns.
@@ -195,6 +324,18 @@ func appendPGArgs(args []any, c *Call) []any {
 
 // Query returns the calls matching f in insertion order.
 func (l *PGLedger) Query(ctx context.Context, f Filter) ([]Call, error) {
+	var out []Call
+	err := pgQueryLines(ctx, l.pool, f, func(c *Call) { out = append(out, *c) })
+	return out, err
+}
+
+// pgQuerier is a pool or a transaction.
+type pgQuerier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// pgQueryLines calls fn with each line matching f, in insertion order.
+func pgQueryLines(ctx context.Context, db pgQuerier, f Filter, fn func(*Call)) error {
 	var since, until *time.Time
 	if !f.Since.IsZero() {
 		since = &f.Since
@@ -202,7 +343,7 @@ func (l *PGLedger) Query(ctx context.Context, f Filter) ([]Call, error) {
 	if !f.Until.IsZero() {
 		until = &f.Until
 	}
-	rows, err := l.pool.Query(ctx, `SELECT time, tenant, model, request_id, message_id, stream, status,
+	rows, err := db.Query(ctx, `SELECT time, tenant, model, request_id, message_id, stream, status,
 		input_tokens, output_tokens, cache_creation_input_tokens, cache_creation_1h_input_tokens, cache_read_input_tokens,
 		applied_edits::text, cost_nano_usd, savings_nano_usd, price_unknown, key_id, user_name,
 		web_search_requests, service_tier, iterations::text, cost_breakdown::text, compactions, compaction_cost_nano_usd,
@@ -212,9 +353,9 @@ func (l *PGLedger) Query(ctx context.Context, f Filter) ([]Call, error) {
 		WHERE ($1 = '' OR tenant = $1) AND ($2::timestamptz IS NULL OR time >= $2) AND ($3::timestamptz IS NULL OR time < $3)
 		ORDER BY id`, f.Tenant, since, until)
 	if err != nil {
-		return nil, fmt.Errorf("query ledger: %w", err)
+		return fmt.Errorf("query ledger: %w", err)
 	}
-	var out []Call
+	defer rows.Close()
 	for rows.Next() {
 		var c Call
 		var edits string
@@ -228,15 +369,13 @@ func (l *PGLedger) Query(ctx context.Context, f Filter) ([]Call, error) {
 			&u.WebSearchRequests, &c.ServiceTier, &its, &breakdown, &c.Compactions, &compactionCost, &countIn, &countOrig,
 			&c.CompactedInputTokens, &compactionSavings, &c.Cut, &c.BatchID, &c.CustomID,
 			&gross, &penalty, &c.CacheMissedInputTokens, &c.CacheEffect, &c.CacheMissCause); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("query ledger: %w", err)
+			return fmt.Errorf("query ledger: %w", err)
 		}
 		c.Time = c.Time.UTC()
 		c.Cost, c.Savings, c.CompactionCost, c.CompactionSavings = Money(cost), Money(savings), Money(compactionCost), Money(compactionSavings)
 		c.SavingsGross, c.CachePenalty = Money(gross), Money(penalty)
 		if err := readBreakdown(&c, its, breakdown); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("query ledger: %w", err)
+			return fmt.Errorf("query ledger: %w", err)
 		}
 		if countIn != nil {
 			c.CacheEffect = "" // a count has no savings, so no cache effect
@@ -247,23 +386,91 @@ func (l *PGLedger) Query(ctx context.Context, f Filter) ([]Call, error) {
 		}
 		var raw []json.RawMessage
 		if err := json.Unmarshal([]byte(edits), &raw); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("query ledger: applied_edits: %w", err)
+			return fmt.Errorf("query ledger: applied_edits: %w", err)
 		}
 		for _, r := range raw {
 			var e AppliedEdit
 			if err := e.UnmarshalJSON(r); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("query ledger: %w", err)
+				return fmt.Errorf("query ledger: %w", err)
 			}
 			c.Edits = append(c.Edits, e)
 		}
-		out = append(out, c)
+		fn(&c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("query ledger: %w", err)
+		return fmt.Errorf("query ledger: %w", err)
 	}
-	return out, nil
+	return nil
+}
+
+// rollupView is one REPEATABLE READ, read-only transaction: the rollup and the lines a
+// report reads are from one snapshot, whatever is appended meanwhile.
+func (l *PGLedger) rollupView(ctx context.Context) (rollupView, time.Duration, error) {
+	tx, err := l.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, 0, fmt.Errorf("query ledger: %w", err)
+	}
+	return pgRollupView{tx}, time.Hour, nil
+}
+
+type pgRollupView struct{ tx pgx.Tx }
+
+func (v pgRollupView) close(ctx context.Context) error { return v.tx.Rollback(ctx) }
+
+func (v pgRollupView) addLines(ctx context.Context, b *reportBuilder, f Filter) error {
+	return pgQueryLines(ctx, v.tx, f, b.addCall)
+}
+
+// pgRollupSums is the SELECT list of the sums of rollup rows.
+var pgRollupSums = func() string {
+	var s strings.Builder
+	for _, f := range rollupSums {
+		fmt.Fprintf(&s, ", sum(%s)::bigint", f.col)
+	}
+	return s.String()
+}()
+
+func (v pgRollupView) addRollup(ctx context.Context, b *reportBuilder, tenant string, from, to time.Time) error {
+	dim, group := b.groupBy, "value"
+	if dim == GroupByDay { // a tenant's lines are its model rows
+		dim, group = GroupByModel, `to_char(hour AT TIME ZONE 'UTC', 'YYYY-MM-DD')`
+	}
+	sql := `SELECT tenant, ` + group + pgRollupSums + ` FROM ctxproxy_ledger_rollup WHERE dim = $1`
+	args := []any{dim}
+	if tenant != "" {
+		args = append(args, tenant)
+		sql += fmt.Sprintf(" AND tenant = $%d", len(args))
+	}
+	if !from.IsZero() {
+		args = append(args, from)
+		sql += fmt.Sprintf(" AND hour >= $%d", len(args))
+	}
+	if !to.IsZero() {
+		args = append(args, to)
+		sql += fmt.Sprintf(" AND hour < $%d", len(args))
+	}
+	rows, err := v.tx.Query(ctx, sql+" GROUP BY 1, 2", args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	dest := make([]any, 2+len(rollupSums))
+	var t Totals
+	var rowTenant, value string
+	dest[0], dest[1] = &rowTenant, &value
+	for i, f := range rollupSums {
+		dest[2+i] = f.of(&t)
+	}
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return err
+		}
+		if b.groupBy != GroupByDay {
+			value = groupName(value)
+		}
+		b.add(rowTenant, value, &t)
+	}
+	return rows.Err()
 }
 
 // Ping checks the database is reachable.

@@ -36,17 +36,25 @@ func ParseGroupBy(s string) (string, error) {
 
 // groupOf is the row c belongs to under g.
 func groupOf(c *Call, g string) string {
-	var v string
-	switch g {
-	case GroupByDay:
+	if g == GroupByDay {
 		return c.Time.UTC().Format(time.DateOnly)
-	case GroupByKey:
-		v = c.KeyID
-	case GroupByUser:
-		v = c.User
-	default:
-		return c.Model
 	}
+	return groupName(dimValue(c, g))
+}
+
+// dimValue is c's model, key id or user as the ledger has it ("" for none); g is not day.
+func dimValue(c *Call, g string) string {
+	switch g {
+	case GroupByKey:
+		return c.KeyID
+	case GroupByUser:
+		return c.User
+	}
+	return c.Model
+}
+
+// groupName is the row name of a model, key id or user: noGroup for none.
+func groupName(v string) string {
 	if v == "" {
 		return noGroup
 	}
@@ -74,11 +82,11 @@ type Totals struct {
 	// proxy had not seen before (cache_effect unknown): no penalty could be measured for them.
 	CacheEffectUnknownCalls int64 `json:"cache_effect_unknown_calls"`
 	// CacheHitRate is cache_read / (input + cache_read + cache_creation), 0 without input.
-	CacheHitRate float64 `json:"cache_hit_rate"`
-	PriceUnknownCalls        int64 `json:"price_unknown_calls"`
-	WebSearchRequests        int64 `json:"web_search_requests"`
-	Compactions              int64 `json:"compactions"`
-	CompactionCostUSD        Money `json:"compaction_cost_usd"` // part of cost_usd
+	CacheHitRate      float64 `json:"cache_hit_rate"`
+	PriceUnknownCalls int64   `json:"price_unknown_calls"`
+	WebSearchRequests int64   `json:"web_search_requests"`
+	Compactions       int64   `json:"compactions"`
+	CompactionCostUSD Money   `json:"compaction_cost_usd"` // part of cost_usd
 	// CompactionSavingsUSD is what measured compactions spared (compact.measure_savings).
 	CompactionSavingsUSD Money `json:"compaction_savings_usd"`
 }
@@ -113,25 +121,9 @@ func (t *Totals) Add(c *Call) {
 }
 
 func (t *Totals) addTotals(o *Totals) {
-	t.Calls += o.Calls
-	t.InputTokens += o.InputTokens
-	t.OutputTokens += o.OutputTokens
-	t.CacheCreationInputTokens += o.CacheCreationInputTokens
-	t.CacheReadInputTokens += o.CacheReadInputTokens
-	t.ClearedInputTokens += o.ClearedInputTokens
-	t.ClearedToolUses += o.ClearedToolUses
-	t.ClearedThinkingTurns += o.ClearedThinkingTurns
-	t.CostUSD += o.CostUSD
-	t.SavingsUSD += o.SavingsUSD
-	t.SavingsGrossUSD += o.SavingsGrossUSD
-	t.CachePenaltyUSD += o.CachePenaltyUSD
-	t.CacheMissedInputTokens += o.CacheMissedInputTokens
-	t.CacheEffectUnknownCalls += o.CacheEffectUnknownCalls
-	t.PriceUnknownCalls += o.PriceUnknownCalls
-	t.WebSearchRequests += o.WebSearchRequests
-	t.Compactions += o.Compactions
-	t.CompactionCostUSD += o.CompactionCostUSD
-	t.CompactionSavingsUSD += o.CompactionSavingsUSD
+	for _, f := range rollupSums {
+		*f.of(t) += *f.of(o)
+	}
 	t.setHitRate()
 }
 
@@ -141,6 +133,20 @@ func (t *Totals) setHitRate() {
 	if all := t.InputTokens + t.CacheReadInputTokens + t.CacheCreationInputTokens; all > 0 {
 		t.CacheHitRate = float64(t.CacheReadInputTokens) / float64(all)
 	}
+}
+
+// lineTotals is what one ledger line adds to its report row; ok is false for a line reports
+// leave out. A count_tokens call is billed nothing: only the one that measured a compaction
+// counts, and only for what the compaction spared.
+func lineTotals(c *Call) (t Totals, ok bool) {
+	if c.CountTokens != nil {
+		if c.CompactionSavings == 0 {
+			return Totals{}, false
+		}
+		return Totals{CompactionSavingsUSD: c.CompactionSavings}, true
+	}
+	t.Add(c)
+	return t, true
 }
 
 // Row is the totals of one tenant and group (a model name or a day).
@@ -173,31 +179,51 @@ type Report struct {
 // BuildReport sums calls per tenant and model, or per tenant and UTC day, key id or user as
 // groupBy says (anything unknown means model; check user input with ParseGroupBy).
 func BuildReport(calls []Call, groupBy string) Report {
+	b := newReportBuilder(groupBy)
+	for i := range calls {
+		b.addCall(&calls[i])
+	}
+	return b.report()
+}
+
+// reportBuilder sums a report's rows, from lines one by one or from a store's rollups.
+type reportBuilder struct {
+	groupBy string
+	rows    map[rowKey]*Row
+}
+
+type rowKey struct{ tenant, group string }
+
+func newReportBuilder(groupBy string) *reportBuilder {
 	g, err := ParseGroupBy(groupBy)
 	if err != nil {
 		g = GroupByModel
 	}
-	type key struct{ tenant, group string }
-	rows := map[key]*Row{}
-	for i := range calls {
-		c := &calls[i]
-		if c.CountTokens != nil && c.CompactionSavings == 0 {
-			continue // a count, not a billed call
-		}
-		k := key{tenant: c.Tenant, group: groupOf(c, g)}
-		r := rows[k]
-		if r == nil {
-			r = &Row{Tenant: k.tenant, Group: k.group}
-			rows[k] = r
-		}
-		if c.CountTokens != nil { // the measure of a compaction: its savings only
-			r.CompactionSavingsUSD += c.CompactionSavings
-			continue
-		}
-		r.Add(c)
+	return &reportBuilder{groupBy: g, rows: map[rowKey]*Row{}}
+}
+
+// addCall adds one ledger line.
+func (b *reportBuilder) addCall(c *Call) {
+	if t, ok := lineTotals(c); ok {
+		b.add(c.Tenant, groupOf(c, b.groupBy), &t)
 	}
-	rep := Report{GroupBy: g, Rows: make([]Row, 0, len(rows)), Tenants: []TenantTotals{}}
-	for _, r := range rows {
+}
+
+// add adds t to the row of tenant and group.
+func (b *reportBuilder) add(tenant, group string, t *Totals) {
+	k := rowKey{tenant: tenant, group: group}
+	r := b.rows[k]
+	if r == nil {
+		r = &Row{Tenant: k.tenant, Group: k.group}
+		b.rows[k] = r
+	}
+	r.addTotals(t)
+}
+
+// report is the rows sorted, with each tenant's totals and the grand total.
+func (b *reportBuilder) report() Report {
+	rep := Report{GroupBy: b.groupBy, Rows: make([]Row, 0, len(b.rows)), Tenants: []TenantTotals{}}
+	for _, r := range b.rows {
 		rep.Rows = append(rep.Rows, *r)
 	}
 	sort.Slice(rep.Rows, func(i, j int) bool {
@@ -218,13 +244,22 @@ func BuildReport(calls []Call, groupBy string) Report {
 	return rep
 }
 
-// RunReport queries l with f and builds the report.
+// RunReport sums the lines of l that f selects. A ledger that keeps rollups (both stores do)
+// answers from them (reportFromRollups); any other is read line by line.
 func RunReport(ctx context.Context, l Ledger, f Filter, groupBy string) (Report, error) {
-	calls, err := l.Query(ctx, f)
-	if err != nil {
-		return Report{}, fmt.Errorf("report: %w", err)
+	var r Report
+	if rl, ok := l.(rollupLedger); ok {
+		var err error
+		if r, err = reportFromRollups(ctx, rl, f, groupBy); err != nil {
+			return Report{}, fmt.Errorf("report: %w", err)
+		}
+	} else {
+		calls, err := l.Query(ctx, f)
+		if err != nil {
+			return Report{}, fmt.Errorf("report: %w", err)
+		}
+		r = BuildReport(calls, groupBy)
 	}
-	r := BuildReport(calls, groupBy)
 	r.Tenant = f.Tenant
 	if !f.Since.IsZero() {
 		s := f.Since.UTC()

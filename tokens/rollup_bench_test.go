@@ -17,16 +17,22 @@ func randomCalls(rng *rand.Rand, n int, start time.Time, hours int) []Call {
 	for i := range out {
 		user := rng.IntN(40)
 		c := Call{
-			Time:      start.Add(time.Duration(rng.Int64N(int64(hours) * int64(time.Hour)))),
+			Time:      start.Add(time.Duration(rng.Int64N(int64(hours) * int64(time.Hour)))).Truncate(time.Microsecond),
 			Tenant:    fmt.Sprintf("tenant-%d", user%7),
 			Model:     fmt.Sprintf("model-%d", rng.IntN(5)),
 			RequestID: fmt.Sprintf("req_%d", i),
 			Status:    200,
 			Usage: Usage{InputTokens: rng.Int64N(5000), OutputTokens: rng.Int64N(800),
 				CacheCreationInputTokens: rng.Int64N(300), CacheReadInputTokens: rng.Int64N(9000)},
-			Cost:    Money(rng.Int64N(50_000_000)),
-			Savings: Money(rng.Int64N(10_000_000)),
+			Cost:         Money(rng.Int64N(50_000_000)),
+			SavingsGross: Money(rng.Int64N(10_000_000)),
+			CacheEffect:  [...]string{CacheNone, CacheMeasured, CacheUnknown}[rng.IntN(3)],
 		}
+		if c.CacheEffect == CacheMeasured {
+			c.CacheMissedInputTokens, c.CacheMissCause = rng.Int64N(4000), CauseEdits
+			c.CachePenalty = Money(rng.Int64N(2_000_000))
+		}
+		c.Savings = c.SavingsGross - c.CachePenalty
 		if user%5 != 0 { // some calls carry no key id, some keys no user
 			c.KeyID = fmt.Sprintf("%08x", user*7919)
 			if user%3 != 0 {
@@ -38,11 +44,12 @@ func randomCalls(rng *rand.Rand, n int, start time.Time, hours int) []Call {
 			c.Edits = []AppliedEdit{{Type: EditClearToolUses, ClearedToolUses: rng.Int64N(9), ClearedInputTokens: rng.Int64N(40000)},
 				{Type: EditClearThinking, ClearedThinkingTurns: rng.Int64N(4), ClearedInputTokens: rng.Int64N(900)}}
 		case 1:
-			c.PriceUnknown, c.Cost, c.Savings = true, 0, 0
+			c.PriceUnknown, c.Cost, c.Savings, c.SavingsGross, c.CachePenalty = true, 0, 0, 0, 0
 		case 2:
 			c.Compactions, c.CompactionCost, c.Usage.WebSearchRequests = 1, c.Cost/3, rng.Int64N(3)
 		case 3:
-			c.Usage, c.Cost, c.Savings = Usage{}, 0, 0
+			c.Usage, c.Cost, c.Savings, c.SavingsGross, c.CachePenalty = Usage{}, 0, 0, 0, 0
+			c.CacheEffect, c.CacheMissedInputTokens, c.CacheMissCause = "", 0, ""
 			c.CountTokens = &CountTokens{InputTokens: rng.Int64N(9000)}
 			if rng.IntN(2) == 0 {
 				c.CompactedInputTokens, c.CompactionSavings = rng.Int64N(5000), Money(rng.Int64N(3_000_000))

@@ -1,0 +1,135 @@
+package tokens
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Rollups: a report over a month of calls reads the sums each store keeps per hour (the file
+// ledger: per day) and tenant and model, key id or user, not the month's lines. Both stores
+// keep them as they append, from the same lineTotals the line-by-line report uses: PostgreSQL
+// in the transaction of each batch (ctxproxy_ledger_rollup), the file ledger beside its file
+// (fileRollup). A report's whole buckets come from the rollup, the parts of a bucket at
+// either end of its period from the lines themselves, both from one view of the store.
+
+// rollupSums are the sums a rollup keeps: each a field of Totals and, by the same name, a
+// column of ctxproxy_ledger_rollup and a field of the file ledger's rollup. Adding a summed
+// field to Totals is a line here and a PGSchema version that adds its column (with its
+// backfill from ctxproxy_ledger); the file ledger rebuilds a rollup whose sums differ.
+var rollupSums = [...]struct {
+	col string
+	of  func(*Totals) *int64
+}{
+	{"calls", func(t *Totals) *int64 { return &t.Calls }},
+	{"input_tokens", func(t *Totals) *int64 { return &t.InputTokens }},
+	{"output_tokens", func(t *Totals) *int64 { return &t.OutputTokens }},
+	{"cache_creation_input_tokens", func(t *Totals) *int64 { return &t.CacheCreationInputTokens }},
+	{"cache_read_input_tokens", func(t *Totals) *int64 { return &t.CacheReadInputTokens }},
+	{"cleared_input_tokens", func(t *Totals) *int64 { return &t.ClearedInputTokens }},
+	{"cleared_tool_uses", func(t *Totals) *int64 { return &t.ClearedToolUses }},
+	{"cleared_thinking_turns", func(t *Totals) *int64 { return &t.ClearedThinkingTurns }},
+	{"cost_nano_usd", func(t *Totals) *int64 { return (*int64)(&t.CostUSD) }},
+	{"savings_nano_usd", func(t *Totals) *int64 { return (*int64)(&t.SavingsUSD) }},
+	{"price_unknown_calls", func(t *Totals) *int64 { return &t.PriceUnknownCalls }},
+	{"web_search_requests", func(t *Totals) *int64 { return &t.WebSearchRequests }},
+	{"compactions", func(t *Totals) *int64 { return &t.Compactions }},
+	{"compaction_cost_nano_usd", func(t *Totals) *int64 { return (*int64)(&t.CompactionCostUSD) }},
+	{"compaction_savings_nano_usd", func(t *Totals) *int64 { return (*int64)(&t.CompactionSavingsUSD) }},
+	{"savings_gross_nano_usd", func(t *Totals) *int64 { return (*int64)(&t.SavingsGrossUSD) }},
+	{"cache_penalty_nano_usd", func(t *Totals) *int64 { return (*int64)(&t.CachePenaltyUSD) }},
+	{"cache_missed_input_tokens", func(t *Totals) *int64 { return &t.CacheMissedInputTokens }},
+	{"cache_effect_unknown_calls", func(t *Totals) *int64 { return &t.CacheEffectUnknownCalls }},
+}
+
+// rollupDims are the groups a rollup keeps apart within each bucket and tenant. Every line is
+// in exactly one row of each, so a tenant's (or a day's) sums are those of its model rows.
+var rollupDims = [...]string{GroupByModel, GroupByKey, GroupByUser}
+
+// rollupKey is one rollup row: a bucket (its start, UTC), a tenant, a dimension and its value
+// ("" for a line without a key id or user).
+type rollupKey struct {
+	bucket     time.Time
+	tenant     string
+	dim, value string
+}
+
+// rollupAdd adds c to the rows of its bucket (width: time.Hour or a day) in m.
+func rollupAdd(m map[rollupKey]*Totals, c *Call, width time.Duration) {
+	t, ok := lineTotals(c)
+	if !ok {
+		return
+	}
+	b := c.Time.UTC().Truncate(width)
+	for _, d := range rollupDims {
+		k := rollupKey{bucket: b, tenant: c.Tenant, dim: d, value: dimValue(c, d)}
+		r := m[k]
+		if r == nil {
+			r = new(Totals)
+			m[k] = r
+		}
+		r.addTotals(&t)
+	}
+}
+
+// rollupLedger is a ledger that keeps rollups.
+type rollupLedger interface {
+	Ledger
+	// rollupView opens one view of the store (a snapshot, or the file as it is now) for a
+	// report, with the width of its buckets.
+	rollupView(ctx context.Context) (rollupView, time.Duration, error)
+}
+
+// rollupView reads one view of a store for a report; close ends it.
+type rollupView interface {
+	// addRollup adds to b the sums of tenant's lines ("" for all) in the whole buckets in
+	// [from, to) (zero: open), grouped as b is.
+	addRollup(ctx context.Context, b *reportBuilder, tenant string, from, to time.Time) error
+	// addLines adds to b the lines f selects, one by one.
+	addLines(ctx context.Context, b *reportBuilder, f Filter) error
+	close(ctx context.Context) error
+}
+
+// reportFromRollups builds f's report from l's rollups for the whole buckets in f's period and
+// from its lines for the parts of a bucket at either end.
+func reportFromRollups(ctx context.Context, l rollupLedger, f Filter, groupBy string) (rep Report, err error) {
+	v, width, err := l.rollupView(ctx)
+	if err != nil {
+		return Report{}, err
+	}
+	defer func() {
+		if cerr := v.close(ctx); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	b := newReportBuilder(groupBy)
+	from, to := f.Since, f.Until // the whole buckets: [from, to)
+	if !from.IsZero() {
+		if from = from.UTC().Truncate(width); from.Before(f.Since) {
+			from = from.Add(width)
+		}
+	}
+	if !to.IsZero() {
+		to = to.UTC().Truncate(width)
+	}
+	if !from.IsZero() && !to.IsZero() && !from.Before(to) { // no whole bucket: every line read
+		if err := v.addLines(ctx, b, f); err != nil {
+			return Report{}, err
+		}
+		return b.report(), nil
+	}
+	if err := v.addRollup(ctx, b, f.Tenant, from, to); err != nil {
+		return Report{}, fmt.Errorf("read rollup: %w", err)
+	}
+	if !from.IsZero() && f.Since.Before(from) {
+		if err := v.addLines(ctx, b, Filter{Tenant: f.Tenant, Since: f.Since, Until: from}); err != nil {
+			return Report{}, err
+		}
+	}
+	if !to.IsZero() && to.Before(f.Until) {
+		if err := v.addLines(ctx, b, Filter{Tenant: f.Tenant, Since: to, Until: f.Until}); err != nil {
+			return Report{}, err
+		}
+	}
+	return b.report(), nil
+}

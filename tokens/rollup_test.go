@@ -1,0 +1,255 @@
+package tokens
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ctxproxy/ctxproxy/internal/pgmigrate"
+	"github.com/ctxproxy/ctxproxy/internal/pgtest"
+)
+
+// rollupStart is the start of the random ledgers' month; their lines spread over it and a
+// day either side.
+var rollupStart = time.Date(2026, 2, 28, 0, 0, 0, 0, time.UTC)
+
+// reportFilters are the periods and tenants the reports are compared on: open, a month,
+// whole hours and days, bounds inside an hour or a day, both bounds in one hour.
+func reportFilters() []Filter {
+	mar := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	odd := mar.Add(50*time.Hour + 17*time.Minute + 3*time.Second + 5*time.Microsecond)
+	var out []Filter
+	for _, tenant := range []string{"", "tenant-3", "nobody"} {
+		out = append(out,
+			Filter{Tenant: tenant},
+			Filter{Tenant: tenant, Since: mar, Until: mar.AddDate(0, 1, 0)},
+			Filter{Tenant: tenant, Since: mar},
+			Filter{Tenant: tenant, Until: mar.Add(7 * time.Hour)},
+			Filter{Tenant: tenant, Since: odd, Until: odd.Add(9*24*time.Hour + 31*time.Minute)},
+			Filter{Tenant: tenant, Since: odd, Until: odd.Add(20 * time.Minute)},
+			Filter{Tenant: tenant, Since: odd.Add(-time.Hour).Truncate(time.Hour), Until: odd},
+			Filter{Tenant: tenant, Since: odd.In(time.FixedZone("IST", 5*3600+1800))},
+		)
+	}
+	return out
+}
+
+// checkReportsEqualScan checks every report of l, read from its rollups, against the same
+// report summed line by line from a full scan.
+func checkReportsEqualScan(t *testing.T, l Ledger) {
+	t.Helper()
+	ctx := context.Background()
+	for _, f := range reportFilters() {
+		for _, g := range []string{GroupByModel, GroupByDay, GroupByKey, GroupByUser} {
+			got, err := RunReport(ctx, l, f, g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls, err := l.Query(ctx, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if msg := reportDiff(got, BuildReport(calls, g)); msg != "" {
+				t.Fatalf("%s report of %+v: %s", g, f, msg)
+			}
+		}
+	}
+}
+
+// reportDiff compares the sums of two reports ("" when equal).
+func reportDiff(got, want Report) string {
+	got.Tenant, got.Since, got.Until = "", nil, nil
+	a, _ := json.Marshal(got)
+	b, _ := json.Marshal(want)
+	if string(a) != string(b) {
+		return fmt.Sprintf("\n got %s\nwant %s", a, b)
+	}
+	return ""
+}
+
+// rollupSuite checks a store's rollups against full scans.
+func rollupSuite(t *testing.T, open func(t *testing.T) BatchLedger) {
+	ctx := context.Background()
+	t.Run("reports from rollups equal full scans of random ledgers", func(t *testing.T) {
+		for seed := range uint64(3) {
+			l := open(t)
+			calls := randomCalls(rand.New(rand.NewPCG(seed, 7)), 600, rollupStart, 24*33)
+			for i := 0; i < len(calls); {
+				n := min(1+int(seed*13+uint64(i))%50, len(calls)-i)
+				if _, err := l.AppendBatch(ctx, calls[i:i+n]); err != nil {
+					t.Fatal(err)
+				}
+				i += n
+			}
+			checkReportsEqualScan(t, l)
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	t.Run("a report run while lines are written sums whole batches it saw", func(t *testing.T) {
+		l := open(t)
+		defer l.Close()
+		calls := randomCalls(rand.New(rand.NewPCG(9, 9)), 400, rollupStart, 24*33)
+		const batch = 10
+		// want[n] is the report of the first n batches.
+		var want []Report
+		for n := 0; n*batch <= len(calls); n++ {
+			want = append(want, BuildReport(calls[:n*batch], GroupByModel))
+		}
+		var wg sync.WaitGroup
+		wg.Add(1)
+		errc := make(chan error, 1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < len(calls); i += batch {
+				if _, err := l.AppendBatch(ctx, calls[i:i+batch]); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+		for range 20 {
+			got, err := RunReport(ctx, l, Filter{}, GroupByModel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := int(got.Total.Calls) // narrow the candidates down by the calls counted
+			found := false
+			for i := range want {
+				if want[i].Total.Calls == int64(n) && reportDiff(got, want[i]) == "" {
+					found = true
+					break
+				}
+			}
+			if !found {
+				t.Fatalf("a report of %d calls is the report of no prefix of the batches", n)
+			}
+		}
+		wg.Wait()
+		select {
+		case err := <-errc:
+			t.Fatal(err)
+		default:
+		}
+		checkReportsEqualScan(t, l)
+	})
+}
+
+func TestPGRollups(t *testing.T) {
+	rollupSuite(t, func(t *testing.T) BatchLedger {
+		l, err := OpenPGLedger(context.Background(), pgTestURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	})
+	ctx := context.Background()
+	t.Run("a batch whose rollup fails is not written either", func(t *testing.T) {
+		db := pgtest.New(t, "tokens_test")
+		l, err := OpenPGLedger(ctx, db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		db.Exec(t, `ALTER TABLE `+db.Schema+`.ctxproxy_ledger_rollup ADD CONSTRAINT doomed CHECK (tenant <> 'doomed')`)
+		calls := randomCalls(rand.New(rand.NewPCG(4, 4)), 50, rollupStart, 48)
+		if _, err := l.AppendBatch(ctx, calls[:20]); err != nil {
+			t.Fatal(err)
+		}
+		bad := append([]Call(nil), calls[20:30]...)
+		bad[7].Tenant = "doomed"
+		if n, err := l.AppendBatch(ctx, bad); err == nil || n != 0 {
+			t.Fatalf("AppendBatch = %d, %v; want the rollup's failure", n, err)
+		}
+		if _, err := l.AppendBatch(ctx, calls[30:]); err != nil {
+			t.Fatal(err)
+		}
+		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger`); n != 40 {
+			t.Fatalf("%d lines, want the 40 of the batches that were written", n)
+		}
+		checkReportsEqualScan(t, l)
+	})
+	t.Run("a database migrated to rollups sums the lines it had", func(t *testing.T) {
+		db := pgtest.New(t, "tokens_test")
+		pool, err := pgxpool.New(ctx, db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		old := pgmigrate.Schema{Name: PGSchema.Name, Versions: PGSchema.Versions[:8]}
+		if _, err := pgmigrate.Apply(ctx, pool, old); err != nil {
+			t.Fatal(err)
+		}
+		calls := randomCalls(rand.New(rand.NewPCG(5, 5)), 500, rollupStart, 24*33)
+		// Unknown edits as they came (their counts read from the raw JSON), one not an object.
+		calls[3].Edits = []AppliedEdit{{Type: "clear_x_1", ClearedToolUses: 4, ClearedThinkingTurns: 2, ClearedInputTokens: 70,
+			Raw: `{"type":"clear_x_1","cleared_tool_uses":4,"cleared_thinking_turns":2.0,"cleared_input_tokens":70}`}}
+		calls[4].Edits = []AppliedEdit{{Type: "clear_y_1", ClearedInputTokens: 5, Raw: `{"type":"clear_y_1","cleared_tool_uses":"many","cleared_input_tokens":5}`}}
+		for i := 0; i < len(calls); i += 50 {
+			var b strings.Builder
+			b.WriteString(pgColumns)
+			var args []any
+			for j := range calls[i : i+50] {
+				if j > 0 {
+					b.WriteByte(',')
+				}
+				b.WriteString(pgValuesRow(len(args)))
+				args = appendPGArgs(args, &calls[i+j])
+			}
+			if _, err := pool.Exec(ctx, b.String(), args...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l, err := OpenPGLedger(ctx, db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		checkReportsEqualScan(t, l)
+		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger_rollup`); n == 0 {
+			t.Fatal("no rollup rows: the reports were read from the lines")
+		}
+	})
+	t.Run("every sum has its column", func(t *testing.T) {
+		db := pgtest.New(t, "tokens_test")
+		l, err := OpenPGLedger(ctx, db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		for _, f := range rollupSums {
+			if n := db.QueryInt(t, `SELECT count(*) FROM information_schema.columns WHERE table_schema = $1
+				AND table_name = 'ctxproxy_ledger_rollup' AND column_name = $2`, db.Schema, f.col); n != 1 {
+				t.Errorf("no column %s", f.col)
+			}
+		}
+	})
+}
+
+// A sum added to Totals and not to rollupSums would read 0 from every rollup.
+func TestRollupSumsEveryTotal(t *testing.T) {
+	var tot Totals
+	kept := map[uintptr]bool{}
+	for _, f := range rollupSums {
+		kept[uintptr(unsafe.Pointer(f.of(&tot)))] = true
+	}
+	v := reflect.ValueOf(&tot).Elem()
+	for i := range v.NumField() {
+		if v.Field(i).Kind() != reflect.Int64 {
+			continue // CacheHitRate: derived from the sums
+		}
+		if !kept[v.Field(i).Addr().Pointer()] {
+			t.Errorf("Totals.%s is not in rollupSums", v.Type().Field(i).Name)
+		}
+	}
+}
