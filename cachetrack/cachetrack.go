@@ -8,7 +8,7 @@
 // (a new clearing point) and read less than that call cached missed the difference because of
 // the edits, unless the miss has another cause this package can tell.
 //
-// A conversation is found without hashing the whole body: a thread names it; a client that
+// A conversation is found without hashing the whole body: a thread names it (its previous reply's id); a client that
 // resends its history is recognised by the tool uses of its last assistant turn, which are the
 // previous reply's (tool_use ids are unique). A conversation a replica has not seen (the first
 // call, another replica's, state lost in a restart) is unknown.
@@ -29,16 +29,14 @@ var seed = maphash.MakeSeed()
 func Hash(b []byte) uint64 { return maphash.Bytes(seed, b) }
 
 // keyOf mixes a scope (tenant and key id) with what names the conversation in it.
-func keyOf(scope, kind string, ids ...string) Key {
+func keyOf(scope, kind, id string) Key {
 	var h maphash.Hash
 	h.SetSeed(seed)
 	h.WriteString(scope)
 	h.WriteByte(0)
 	h.WriteString(kind)
-	for _, id := range ids {
-		h.WriteByte(0)
-		h.WriteString(id)
-	}
+	h.WriteByte(0)
+	h.WriteString(id)
 	k := Key(h.Sum64())
 	if k == 0 {
 		k = 1
@@ -46,15 +44,21 @@ func keyOf(scope, kind string, ids ...string) Key {
 	return k
 }
 
-// ThreadKey names the conversation of a thread.
-func ThreadKey(scope, threadID string) Key { return keyOf(scope, "thread", threadID) }
+// MessageKey names the conversation whose last reply was message id (a thread continues from
+// it); zero for no id.
+func MessageKey(scope, id string) Key {
+	if id == "" {
+		return 0
+	}
+	return keyOf(scope, "message", id)
+}
 
 // TurnKey names the conversation whose last reply made the tool uses ids (in order); zero when
 // there are none.
 func TurnKey(scope string, ids []string) Key {
 	var t Turn
 	for _, id := range ids {
-		t.Block(scope, "tool_use", id)
+		t.Block(scope, "tool_use", "", id)
 	}
 	return t.Key()
 }

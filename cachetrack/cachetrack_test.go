@@ -106,11 +106,15 @@ func TestAResentReplyNamesItsConversation(t *testing.T) {
 		t.Errorf("a turn without tool use names a conversation: %x", r.Turn)
 	}
 	var turn Turn
-	for _, b := range [][2]string{{"text", ""}, {"tool_use", "toolu_01"}, {"tool_use", "toolu_02"}} {
-		turn.Block("acme", b[0], b[1])
+	for _, b := range [][3]string{{"text", "", ""}, {"tool_use", "read", "toolu_01"}, {"tool_use", "memory", "toolu_m"}, {"tool_use", "read", "toolu_02"}} {
+		turn.Block("acme", b[0], b[1], b[2])
 	}
 	if turn.Key() != key || TurnKey("acme", []string{"toolu_01", "toolu_02"}) != key {
-		t.Error("a streamed reply's turn has another key than the same reply in one body")
+		t.Error("a streamed reply's turn (its memory call withheld) has another key than the same reply in one body")
+	}
+	thread := ReadRequest("acme", []byte(`{"model":"m","thread":{"type":"continue","previous_message_id":"msg_9"},"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"toolu_01"}]}]}`))
+	if thread.Turn != MessageKey("acme", "msg_9") || MessageKey("acme", "") != 0 {
+		t.Errorf("a thread continue is not named by its previous reply: %x", thread.Turn)
 	}
 	if r := ReadRequest("acme", []byte(`{"model":"m","diagnostics":{"previous_message_id":null},"messages":[]}`)); !r.HasDiagnostics {
 		t.Error("the client's own diagnostics are not seen")

@@ -26,6 +26,7 @@ func ReadRequest(scope string, body []byte) Request {
 	var r Request
 	s := unsafe.String(unsafe.SliceData(body), len(body))
 	var messages gjson.Result
+	var thread string
 	gjson.Parse(s).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "model":
@@ -38,9 +39,17 @@ func ReadRequest(scope string, body []byte) Request {
 			messages = v
 		case "diagnostics":
 			r.HasDiagnostics = v.Type != gjson.Null
+		case "thread":
+			if v.Get("type").Str == "continue" {
+				thread = v.Get("previous_message_id").Str
+			}
 		}
 		return true
 	})
+	if thread != "" { // the API holds the history: the thread goes on from its previous reply
+		r.Turn = MessageKey(scope, thread)
+		return r
+	}
 	var last gjson.Result
 	messages.ForEach(func(_, m gjson.Result) bool {
 		if m.Get("role").Str == "assistant" {
@@ -56,12 +65,13 @@ func ReadRequest(scope string, body []byte) Request {
 
 func hashString(s string) uint64 { return maphash.String(seed, s) }
 
-// TurnKeyOf is TurnKey of the tool_use ids (tool_use, server_tool_use and mcp_tool_use blocks) in
-// a message's content array, as a reply carries them and a client resends them.
+// TurnKeyOf is the key of the tool_use ids (tool_use, server_tool_use and mcp_tool_use blocks,
+// but the memory tool's) in a message's content array, as a reply carries them and a client
+// resends them.
 func TurnKeyOf(scope string, content gjson.Result) Key {
 	var t Turn
 	content.ForEach(func(_, b gjson.Result) bool {
-		t.Block(scope, b.Get("type").Str, b.Get("id").Str)
+		t.Block(scope, b.Get("type").Str, b.Get("name").Str, b.Get("id").Str)
 		return true
 	})
 	return t.Key()
@@ -74,11 +84,16 @@ type Turn struct {
 	n int
 }
 
-// Block feeds one content block's type and id (content_block_start's content_block).
-func (t *Turn) Block(scope, typ, id string) {
+// Block feeds one content block's type, name and id (content_block_start's content_block).
+// Calls of the memory tool are left out: in memory proxy mode the client never sees them, so
+// the turn it resends has only the others.
+func (t *Turn) Block(scope, typ, name, id string) {
 	switch typ {
 	case "tool_use", "server_tool_use", "mcp_tool_use":
 	default:
+		return
+	}
+	if name == "memory" {
 		return
 	}
 	if t.n == 0 {

@@ -361,7 +361,7 @@ func (ps *parser) policy(n *yaml.Node, isDefault bool) *Policy {
 	}
 	var tenantSeen, keysSeen bool
 	var keysLine int
-	ok := ps.fields(n, "the policy", []string{"tenant", "api_keys_sha256", "operator_tokens_sha256", "context_management", "memory", "upstream", "limits", "tracing"}, func(key string, k, v *yaml.Node) {
+	ok := ps.fields(n, "the policy", []string{"tenant", "api_keys_sha256", "operator_tokens_sha256", "context_management", "memory", "upstream", "limits", "tracing", "accounting"}, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "tenant":
 			tenantSeen = true
@@ -397,6 +397,8 @@ func (ps *parser) policy(n *yaml.Node, isDefault bool) *Policy {
 			ps.limits(v, &p.Limits)
 		case "tracing":
 			ps.tracing(v, &p.Tracing)
+		case "accounting":
+			ps.accounting(v, &p.Accounting)
 		}
 	})
 	if !ok {
@@ -803,6 +805,17 @@ func (ps *parser) tracing(n *yaml.Node, t *Tracing) {
 	ps.fields(n, "tracing", []string{"content"}, func(key string, _, v *yaml.Node) {
 		if b, ok := ps.bool(v, "tracing.content"); ok {
 			t.Content = b
+		}
+	})
+}
+
+func (ps *parser) accounting(n *yaml.Node, a *Accounting) {
+	if isNull(n) {
+		return
+	}
+	ps.fields(n, "accounting", []string{"cache_diagnostics"}, func(key string, _, v *yaml.Node) {
+		if b, ok := ps.bool(v, "accounting.cache_diagnostics"); ok {
+			a.CacheDiagnostics = &b
 		}
 	})
 }

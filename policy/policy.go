@@ -143,6 +143,7 @@ type Policy struct {
 	Upstream          Upstream
 	Limits            Limits // spend caps and per-minute limits (issue 16)
 	Tracing           Tracing
+	Accounting        Accounting
 
 	// Pre-rendered edits (JSON objects), nil when the tenant does not configure the edit.
 	// clearToolUsesJSON already lists "memory" in exclude_tools when memory is not off.
@@ -169,6 +170,36 @@ type Tracing struct {
 	// (gen_ai.input.messages, gen_ai.output.messages, the memory command's
 	// input). Off by default: content never leaves in a trace unless asked.
 	Content bool
+}
+
+// Accounting is the accounting block of a policy: how the savings of its edits are measured.
+type Accounting struct {
+	// CacheDiagnostics asks the API's cache diagnostics on every upstream Messages call
+	// (diagnostics.previous_message_id, the conversation's previous reply), so a miss the client
+	// caused (its own history, system or tools changed) is not charged to the edits; the
+	// client's reply shows what it would have without it. nil: on when the policy writes edits.
+	CacheDiagnostics *bool
+}
+
+// CacheDiagnostics reports whether the tenant's calls ask the API's cache diagnostics: as the
+// policy says, else when it writes edits (clear_thinking or clear_tool_uses, mode not off).
+func (p *Policy) CacheDiagnostics() bool {
+	if p == nil {
+		return false
+	}
+	if d := p.Accounting.CacheDiagnostics; d != nil {
+		return *d
+	}
+	return p.WritesClearingEdits()
+}
+
+// WritesClearingEdits reports whether the policy writes clear_thinking or clear_tool_uses.
+func (p *Policy) WritesClearingEdits() bool {
+	if p == nil {
+		return false
+	}
+	cm := &p.ContextManagement
+	return cm.Mode != CMOff && (cm.ClearThinking != nil || cm.ClearToolUses != nil)
 }
 
 // ContextManagement is the context_management block of a policy.
