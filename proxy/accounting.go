@@ -46,14 +46,14 @@ func (x *exchange) record(resp *http.Response, r tokens.Reply, meta replyMeta) {
 		x.noteCompaction(resp.StatusCode, r)
 	}
 	c := x.ledgerCall(resp)
-	c.Stream = x.req.stream
+	c.Stream = x.req.info.Stream
 	c.Usage = r.Billed()
 	c.Iterations = r.Iterations
 	c.ServiceTier = r.ServiceTier
 	c.Edits = r.Edits
 	c.Cut = r.Cut
 	c = x.s.ledger(x.r.Context(), c)
-	if x.req.ticket != nil {
+	if x.ticket != nil {
 		x.acct.cost = x.acct.cost.Plus(x.s.charge(&c))
 	}
 	x.endCallSpan(&c, meta)
@@ -87,7 +87,7 @@ func (s *Server) charge(c *tokens.Call) tokens.Money {
 // the policy's edits and original_input_tokens before, billed nothing.
 func (x *exchange) recordCount(resp *http.Response, body []byte) {
 	rec := x.s.cfg.Recorder
-	if x.req.ep != epCountTokens || rec == nil || resp.StatusCode != http.StatusOK {
+	if x.ep != epCountTokens || rec == nil || resp.StatusCode != http.StatusOK {
 		return
 	}
 	ct := tokens.ParseCountTokens(body)
@@ -103,9 +103,9 @@ func (x *exchange) ledgerCall(resp *http.Response) tokens.Call {
 	return tokens.Call{
 		Time:      time.Now(),
 		Tenant:    x.tenantLabel(),
-		KeyID:     x.req.keyID,
-		User:      x.req.user,
-		Model:     x.req.model,
+		KeyID:     x.who.keyID,
+		User:      x.who.user,
+		Model:     x.req.info.Model,
 		RequestID: resp.Header.Get("Request-Id"),
 		Status:    resp.StatusCode,
 	}
@@ -126,39 +126,37 @@ func (x *exchange) memoryCommand(res memoryhook.Result) {
 }
 
 func (x *exchange) tenantLabel() string {
-	if x.req.tenant == "" {
+	if x.who.tenant() == "" {
 		return "none"
 	}
-	return x.req.tenant
+	return x.who.tenant()
 }
 
 // finish writes the request's log line and metrics.
 func (x *exchange) finish() {
 	defer x.measureCompactions() // after the log line: the client has its reply
-	if x.req.lead != nil {
-		x.req.lead.abort() // an upload no upstream call took (none does so today)
-	}
-	x.req.lease.release()
+	x.in.lead.drop()
+	x.in.lease.release()
 	x.endSpans()
 	x.settle()
-	d := time.Since(x.req.start)
+	d := time.Since(x.start)
 	if m := x.s.cfg.Metrics; m != nil {
-		m.ObserveRequest(x.tenantLabel(), x.req.model, x.out.status, x.acct.upDur, max(d-x.acct.upDur, 0))
+		m.ObserveRequest(x.tenantLabel(), x.req.info.Model, x.out.status, x.acct.upDur, max(d-x.acct.upDur, 0))
 	}
 	if ce := x.s.log.Check(zap.InfoLevel, "request"); ce != nil {
 		ce.Write(
 			zap.String("tenant", x.tenantLabel()),
-			zap.String("key", x.req.keyID),
+			zap.String("key", x.who.keyID),
 			zap.String("path", x.r.URL.Path),
-			zap.String("model", x.req.model),
-			zap.Bool("stream", x.req.stream),
+			zap.String("model", x.req.info.Model),
+			zap.Bool("stream", x.req.info.Stream),
 			zap.Int("status", x.out.status),
 			zap.Duration("duration", d),
 			zap.Duration("upstream_duration", x.acct.upDur),
 			zap.Int("upstream_calls", x.acct.calls),
 			zap.Int("memory_commands", x.acct.memCmds),
-			zap.Int64("bytes_in", x.req.bytesIn),
-			zap.Bool("forwarded_while_reading", x.req.led),
+			zap.Int64("bytes_in", x.in.n),
+			zap.Bool("forwarded_while_reading", x.in.lead.led()),
 			zap.Int64("bytes_out", x.out.n),
 			zap.Strings("edits", x.req.info.Edits),
 			zap.Int64("input_tokens", x.acct.usage.InputTokens),
@@ -170,7 +168,7 @@ func (x *exchange) finish() {
 // settle charges what the request cost (every upstream call of it, memory rounds included, each
 // at its ledger line's cost), or releases its reservation when it cost nothing.
 func (x *exchange) settle() {
-	t := x.req.ticket
+	t := x.ticket
 	if t == nil {
 		return
 	}

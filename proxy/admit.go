@@ -90,32 +90,43 @@ func passthroughCaller(r *http.Request) caller {
 }
 
 // admit finds the caller and its tenant's policy, before the body is read:
-// a refused caller costs no read, and a 413 can name the tenant. known is
-// whether the key matched a tenant (not the default).
-func (x *exchange) admit(ep endpoint) (known, ok bool) {
-	s, r, q := x.s, x.r, &x.req
+// a refused caller costs no read, and a 413 can name the tenant. The caller
+// is returned refused too: its key id is the refusal's log line's.
+func (x *exchange) admit() (caller, bool) {
+	s, r := x.s, x.r
 	c, refused := s.authenticate(r.Context(), r.Header)
-	q.keyID = c.keyID // the refusal's log line says which key
 	if refused != nil {
 		x.fail(refused.status, refused.typ, refused.msg)
-		return false, false
+		return c, false
 	}
-	q.user, q.upstreamKey = c.user, c.upstreamKey
 	if !c.known && s.cfg.RequireKnownTenant {
 		x.fail(http.StatusUnauthorized, "authentication_error", "the API key matches no ctxproxy tenant")
-		return false, false
+		return c, false
 	}
-	q.pol = c.pol
-	q.header = upstreamHeader(r)
-	if c.upstreamKey != "" {
-		swapCredential(q.header, c.upstreamKey)
+	return c, true
+}
+
+// tenant is the caller's tenant; "" when no policy applies.
+func (c caller) tenant() string {
+	if c.pol == nil {
+		return ""
 	}
-	if pol := c.pol; pol != nil {
-		q.tenant = pol.Tenant
-		q.memory = pol.Memory.Mode == policy.MemoryProxy && ep == epMessages
-		q.retry = retryPolicy{retries: pol.Upstream.Retries, base: pol.Upstream.RetryBaseDelay, max: pol.Upstream.RetryMaxDelay}
+	return c.pol.Tenant
+}
+
+// runsMemory says whether the proxy runs the model's memory calls: a
+// Messages request of a tenant in memory.mode proxy.
+func (x *exchange) runsMemory() bool {
+	return x.ep == epMessages && x.who.pol != nil && x.who.pol.Memory.Mode == policy.MemoryProxy
+}
+
+// tenantRetry is the tenant's retry policy for upstream calls (none without a policy).
+func (x *exchange) tenantRetry() retryPolicy {
+	pol := x.who.pol
+	if pol == nil {
+		return retryPolicy{}
 	}
-	return c.known, true
+	return retryPolicy{retries: pol.Upstream.Retries, base: pol.Upstream.RetryBaseDelay, max: pol.Upstream.RetryMaxDelay}
 }
 
 // apiKey is the client's credential: x-api-key, else the Bearer token.

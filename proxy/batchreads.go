@@ -314,13 +314,13 @@ func (m *resultsMeter) end(complete bool) {
 // the batch's (limits.Enforcer.OpenBatch) until its results pass through.
 func (x *exchange) openBatch(resp *http.Response, body []byte) {
 	e := x.s.cfg.Limits
-	if x.req.ep != epBatchCreate || e == nil || resp.StatusCode != http.StatusOK {
+	if x.ep != epBatchCreate || e == nil || resp.StatusCode != http.StatusOK {
 		return
 	}
 	id := gjson.GetBytes(body, "id")
 	if id.Type != gjson.String || !batchID(id.Str) {
 		return
 	}
-	e.OpenBatch(x.r.Context(), x.req.ticket, limits.Batch{ID: strings.Clone(id.Str), Tenant: x.tenantLabel(),
-		KeyID: x.req.keyID, User: x.req.user})
+	e.OpenBatch(x.r.Context(), x.ticket, limits.Batch{ID: strings.Clone(id.Str), Tenant: x.tenantLabel(),
+		KeyID: x.who.keyID, User: x.who.user})
 }

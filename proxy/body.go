@@ -173,33 +173,41 @@ func (r *leasedReader) eof() {
 	}
 }
 
+// clientBody is the client's body as the body phase read it.
+type clientBody struct {
+	lease *bodyLease  // the body's buffer, when pooled; released when the request is over
+	n     int64       // bytes read
+	lead  *leadUpload // the upload that went ahead while it arrived (lead.go); nil when none
+}
+
 // readClientBody reads the body within --max-body; past it the 413 names
 // the tenant when the key is a tenant's (the operator's first question).
-func (x *exchange) readClientBody(known bool) ([]byte, bool) {
-	s, r, q := x.s, x.r, &x.req
+// The clientBody is returned on a failure too: its lease is released once
+// the request is over.
+func (x *exchange) readClientBody() (clientBody, []byte, bool) {
+	s, r := x.s, x.r
 	whose := ""
-	if known {
-		whose = " for tenant " + q.tenant
+	if x.who.known {
+		whose = " for tenant " + x.who.tenant()
 	}
 	if r.ContentLength > s.cfg.MaxBody {
 		x.fail(http.StatusRequestEntityTooLarge, "request_too_large",
 			fmt.Sprintf("request body is %d bytes; the limit%s is %d bytes", r.ContentLength, whose, s.cfg.MaxBody))
-		return nil, false
+		return clientBody{}, nil, false
 	}
 	body, lease, err := readBody(r, s.cfg.MaxBody)
-	q.lease = lease
-	q.bytesIn = int64(len(body))
+	in := clientBody{lease: lease, n: int64(len(body))}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			x.fail(http.StatusRequestEntityTooLarge, "request_too_large",
 				fmt.Sprintf("request body is over the limit%s of %d bytes", whose, s.cfg.MaxBody))
-			return nil, false
+			return in, nil, false
 		}
 		x.fail(http.StatusBadRequest, "invalid_request_error", "could not read request body: "+err.Error())
-		return nil, false
+		return in, nil, false
 	}
-	return body, true
+	return in, body, true
 }
 
 // joinParts is the body the pieces make, without a copy when there is one.

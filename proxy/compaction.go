@@ -28,7 +28,7 @@ type compactionMeasure struct {
 // tenant's policy asks for it. A threaded request is not measured: its body
 // lacks the history the thread holds.
 func (x *exchange) noteCompaction(status int, r tokens.Reply) {
-	pol := x.req.pol
+	pol := x.who.pol
 	if status != http.StatusOK || pol == nil || pol.ContextManagement.Compact == nil ||
 		!pol.ContextManagement.Compact.MeasureSavings || x.req.info.Threaded || x.s.cfg.Recorder == nil {
 		return

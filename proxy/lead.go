@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/limits"
 	"github.com/ctxproxy/ctxproxy/policy"
 )
 
@@ -38,27 +39,28 @@ const minLeadBody = 256 << 10
 const leadBatch = 128 << 10
 
 // mayLead says whether the request's body is forwarded while it arrives.
-func (x *exchange) mayLead(ep endpoint) bool {
-	s, r, q := x.s, x.r, &x.req
+func (x *exchange) mayLead() bool {
+	s, r := x.s, x.r
 	return s.cfg.ForwardWhileReading && policy.LeadWorks &&
-		(ep == epMessages || ep == epCountTokens) && !q.memory &&
+		(x.ep == epMessages || x.ep == epCountTokens) && !x.runsMemory() &&
 		r.ContentLength >= minLeadBody && r.ContentLength <= s.cfg.MaxBody &&
 		r.Header.Get("Content-Encoding") == "" && !s.cfg.Tracer.Enabled()
 }
 
-// readLeading is readClientBody and the rewrite for a body forwarded while it arrives. On true,
-// x.req.lead is the upload when it went ahead (roundTrip takes its reply); otherwise the body is
-// sent as a buffered one.
-func (x *exchange) readLeading(ep endpoint) bool {
-	r, q := x.r, &x.req
+// readLeading is readClientBody, rewrite and checkLimits for a body forwarded while it arrives.
+// On true, in.lead is the upload when it went ahead (callUpstream takes its reply); otherwise
+// the body is sent as a buffered one. Like readClientBody it returns in on a failure too.
+func (x *exchange) readLeading() (in clientBody, q request, t *limits.Ticket, ok bool) {
+	r, pol, tenant := x.r, x.who.pol, x.who.tenant()
 	n := int(r.ContentLength)
 	buf, lease := newBodyBuf(n)
-	q.lease = lease
-	lead := q.pol.NewLead(q.header)
-	shape, shaped := x.s.shapeOf(q.tenant)
+	in.lease = lease
+	q.header = x.upstreamHeader()
+	lead := pol.NewLead(q.header)
+	shape, shaped := x.s.shapeOf(tenant)
 	var up *leadUpload
 	defer func() {
-		if up != nil && q.lead != up {
+		if up != nil && in.lead != up {
 			up.abort() // refused, failed, or sent again whole
 		}
 	}()
@@ -78,7 +80,7 @@ func (x *exchange) readLeading(ep endpoint) bool {
 		}
 		if pendingN >= leadBatch {
 			if up == nil {
-				up = x.startLead(lease, shape, n)
+				up = x.startLead(q.header, lease, shape, n)
 			}
 			up.body.add(pending)
 			pending, pendingN = pending[:0], 0
@@ -88,32 +90,32 @@ func (x *exchange) readLeading(ep endpoint) bool {
 				err = io.ErrUnexpectedEOF
 			}
 			x.fail(http.StatusBadRequest, "invalid_request_error", "could not read request body: "+err.Error())
-			return false
+			return in, q, nil, false
 		}
 	}
 	if err := pastLength(rd); err != nil {
 		x.fail(http.StatusBadRequest, "invalid_request_error", "could not read request body: "+err.Error())
-		return false
+		return in, q, nil, false
 	}
-	q.bytesIn = int64(n)
-	parts, rest, info, err := q.pol.RewriteLead(buf, q.header, ep == epCountTokens, lead)
-	if !x.accept(parts, info, err) {
-		return false
+	in.n = int64(n)
+	parts, rest, info, err := pol.RewriteLead(buf, q.header, false, lead)
+	if !x.accept(&q, parts, info, err) {
+		return in, q, nil, false
 	}
-	if ep == epMessages && !x.checkLimits(n) {
-		return false
+	if t, ok = x.checkLimits(&q, n); !ok {
+		return in, q, nil, false
 	}
 	now := leadShape{betas: info.Betas(), added: partsLen(parts) - n}
 	if now != shape || !shaped {
-		x.s.leadShapes.Store(q.tenant, now)
+		x.s.leadShapes.Store(tenant, now)
 	}
 	if up == nil || rest == nil || now != shape {
-		return true // the deferred abort cuts an upload; roundTrip sends parts
+		return in, q, t, true // the deferred abort cuts an upload; callUpstream sends parts
 	}
 	up.body.add(pending)
 	up.body.finish(rest)
-	q.lead = up
-	return true
+	in.lead = up
+	return in, q, t, true
 }
 
 // leadShape is what a tenant's led upload sends before its body has arrived: the betas its
@@ -142,19 +144,21 @@ func partsLen(parts [][]byte) int {
 
 // leadUpload is the upstream request of a body forwarded while it arrives.
 type leadUpload struct {
-	body   *leadBody
-	cancel context.CancelFunc
-	t0     time.Time
-	done   chan struct{} // closed when resp and err are set
-	resp   *http.Response
-	err    error
+	taken    bool // an upstream call took it (take)
+	answered bool // its reply was the call's: the body went upstream while it arrived
+	body     *leadBody
+	cancel   context.CancelFunc
+	t0       time.Time
+	done     chan struct{} // closed when resp and err are set
+	resp     *http.Response
+	err      error
 }
 
 // startLead sends the upstream request whose body is fed as the client's n bytes arrive, in the
 // tenant's last shape: its betas merged into the client's anthropic-beta, and its length.
-func (x *exchange) startLead(lease *bodyLease, shape leadShape, n int) *leadUpload {
-	s, q := x.s, &x.req
-	h := q.header.Clone()
+func (x *exchange) startLead(header http.Header, lease *bodyLease, shape leadShape, n int) *leadUpload {
+	s := x.s
+	h := header.Clone()
 	shape.betas.Merge(h)
 	ctx, cancel := context.WithCancel(x.r.Context())
 	u := &leadUpload{body: newLeadBody(lease), cancel: cancel, t0: time.Now(), done: make(chan struct{})}
@@ -166,6 +170,26 @@ func (x *exchange) startLead(lease *bodyLease, shape leadShape, n int) *leadUplo
 	}()
 	return u
 }
+
+// take hands the upload to the request's first upstream call, once; nil after.
+func (u *leadUpload) take() *leadUpload {
+	if u == nil || u.taken {
+		return nil
+	}
+	u.taken = true
+	return u
+}
+
+// drop cuts an upload no upstream call took (none does so today).
+func (u *leadUpload) drop() {
+	if u != nil && !u.taken {
+		u.abort()
+	}
+}
+
+// led says whether the request's first upstream call was the upload's: its body went while it
+// arrived.
+func (u *leadUpload) led() bool { return u != nil && u.answered }
 
 // abort cuts the upload before its end and waits for its request to be over.
 func (u *leadUpload) abort() {
@@ -192,6 +216,7 @@ func (u *leadUpload) result(ctx context.Context) (resp *http.Response, err error
 		return nil, nil, false
 	}
 	context.AfterFunc(ctx, u.cancel)
+	u.answered = true
 	return u.resp, u.err, true
 }
 

@@ -7,65 +7,62 @@ import (
 	"github.com/ctxproxy/ctxproxy/policy"
 )
 
-// checkLimits checks the request against its tenant's spend caps and per-minute limits (package
-// limits) before it goes upstream, and answers the refusal itself; it returns false then.
-// count_tokens is free and never limited.
-func (x *exchange) checkLimits(bodyBytes int) bool {
-	e, q := x.s.cfg.Limits, &x.req
-	if e == nil || q.pol == nil || !q.pol.Limits.Any() {
-		return true
+// checkLimits checks the request q against its tenant's spend caps and per-minute limits
+// (package limits) before it goes upstream, and answers the refusal itself; it returns false
+// then. A Messages request is admitted by its model and max_tokens, a batch as its requests
+// (limits.Enforcer.AdmitBatch); count_tokens is free and never limited. The ticket is nil when
+// the tenant has no limits.
+func (x *exchange) checkLimits(q *request, bodyBytes int) (*limits.Ticket, bool) {
+	e, pol := x.s.cfg.Limits, x.who.pol
+	if e == nil || pol == nil || !pol.Limits.Any() {
+		return nil, true
 	}
-	l := &q.pol.Limits
-	req := limits.Request{Policy: q.pol, Model: q.model, BodyBytes: bodyBytes, MaxTokens: q.info.MaxTokens,
-		User: limits.UserOf(l, q.keyID, x.r.Header, q.info.MetadataUserID)}
-	return x.admitted(e.Admit(x.r.Context(), req))
+	l := &pol.Limits
+	switch x.ep {
+	case epMessages:
+		req := limits.Request{Policy: pol, Model: q.info.Model, BodyBytes: bodyBytes, MaxTokens: q.info.MaxTokens,
+			User: limits.UserOf(l, x.who.keyID, x.r.Header, q.info.MetadataUserID)}
+		return x.admitted(e.Admit(x.r.Context(), req))
+	case epBatchCreate:
+		user, ok := x.batchUser(l, q.items)
+		if !ok {
+			x.fail(http.StatusBadRequest, "invalid_request_error", "tenant "+pol.Tenant+" caps spend per end user by metadata.user_id, "+
+				"and a batch is charged to one user: its requests name different metadata.user_id values; send each user's requests in a batch of their own")
+			return nil, false
+		}
+		return x.admitted(e.AdmitBatch(x.r.Context(), pol, user, q.items))
+	}
+	return nil, true
 }
 
-// checkBatchLimits checks a batch against its tenant's limits as its requests
-// (limits.Enforcer.AdmitBatch), and answers a refusal itself.
-func (x *exchange) checkBatchLimits(items []policy.BatchItem) bool {
-	e, q := x.s.cfg.Limits, &x.req
-	if e == nil || q.pol == nil || !q.pol.Limits.Any() {
-		return true
-	}
-	user, ok := x.batchUser(&q.pol.Limits, items)
-	if !ok {
-		x.fail(http.StatusBadRequest, "invalid_request_error", "tenant "+q.pol.Tenant+" caps spend per end user by metadata.user_id, "+
-			"and a batch is charged to one user: its requests name different metadata.user_id values; send each user's requests in a batch of their own")
-		return false
-	}
-	return x.admitted(e.AdmitBatch(x.r.Context(), q.pol, user, items))
-}
-
-// admitted keeps the ticket of an admitted request, or answers its refusal.
-func (x *exchange) admitted(t *limits.Ticket, ref *limits.Refusal) bool {
+// admitted is the ticket of an admitted request, or answers its refusal.
+func (x *exchange) admitted(t *limits.Ticket, ref *limits.Refusal) (*limits.Ticket, bool) {
 	if ref != nil {
 		h := x.w.Header()
 		for k, v := range ref.Header {
 			h[k] = v
 		}
 		x.fail(ref.Status, ref.Type, ref.Message)
-		return false
+		return nil, false
 	}
-	x.req.ticket = t
-	return true
+	return t, true
 }
 
 // heldOutput is the output tokens the request holds against its tenant's caps, 0 when it holds
 // nothing.
 func (x *exchange) heldOutput() int64 {
-	if !x.req.ticket.Held() {
+	if !x.ticket.Held() {
 		return 0
 	}
-	return limits.OutputHold(&x.req.pol.Limits, x.req.info.MaxTokens)
+	return limits.OutputHold(&x.who.pol.Limits, x.req.info.MaxTokens)
 }
 
 // capHeaders puts the tenant's cap on a relayed upstream reply (anthropic-ratelimit-unified-*)
 // and takes the upstream's organisation-wide ratelimit headers off it, for capped tenants only,
 // on every route.
 func (x *exchange) capHeaders(h http.Header) {
-	limits.HideUpstreamRatelimit(x.req.pol, h)
-	x.req.ticket.Header(h)
+	limits.HideUpstreamRatelimit(x.who.pol, h)
+	x.ticket.Header(h)
 }
 
 // batchUser is a batch's end user for per-user caps: the key's or the
@@ -82,5 +79,5 @@ func (x *exchange) batchUser(l *policy.Limits, items []policy.BatchItem) (user s
 			meta = it.MetadataUserID
 		}
 	}
-	return limits.UserOf(l, x.req.keyID, x.r.Header, meta), true
+	return limits.UserOf(l, x.who.keyID, x.r.Header, meta), true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -53,9 +54,22 @@ type memoryLoop struct {
 	wrote   bool // a memory command wrote: no retries from here on
 }
 
-// startLoop begins the loop at the client's request.
-func (x *exchange) startLoop(firstID bool) {
-	x.loop = memoryLoop{parts: x.req.parts, body: x.req.body, firstID: firstID}
+// startLoop begins the loop at the client's request. In memory proxy mode
+// the loop builds its next requests from the whole body, the thread's owed
+// memory results placed in it (applyContinuation); when the store cannot
+// give them, startLoop answers the client and returns false.
+func (x *exchange) startLoop(firstID bool) bool {
+	x.loop = memoryLoop{parts: x.req.parts, firstID: firstID}
+	if !x.runsMemory() {
+		return true
+	}
+	body, err := x.applyContinuation(x.r.Context(), joinParts(x.req.parts))
+	if err != nil {
+		x.fail(http.StatusServiceUnavailable, "api_error", "memory store unavailable: "+err.Error())
+		return false
+	}
+	x.loop.body, x.loop.parts = body, [][]byte{body}
+	return true
 }
 
 // roundEnd is what a round that ended normally tells the loop.
@@ -70,7 +84,7 @@ type roundEnd struct {
 // retry is the tenant's retry policy, off once a memory command wrote: a
 // loop step is never repeated after a write.
 func (x *exchange) loopRetry() retryPolicy {
-	p := x.req.retry
+	p := x.tenantRetry()
 	if x.loop.wrote {
 		p.retries = 0
 	}
@@ -80,11 +94,11 @@ func (x *exchange) loopRetry() retryPolicy {
 // mayContinue says whether a reply with this stop reason may carry memory
 // calls the proxy runs.
 func (x *exchange) mayContinue(stopReason string) bool {
-	return x.req.memory && stopReason == "tool_use"
+	return x.runsMemory() && stopReason == "tool_use"
 }
 
 func (x *exchange) maxIterations() int {
-	if n := x.req.pol.Memory.MaxIterations; n > 0 {
+	if n := x.who.pol.Memory.MaxIterations; n > 0 {
 		return n
 	}
 	return defaultMaxIterations
@@ -135,7 +149,7 @@ func (x *exchange) runMemory(ctx context.Context, e roundEnd) []byte {
 	sc, scoped := x.scope()
 	// The memory history records who wrote: the key, and the upstream
 	// request and message whose tool_use ran (as the ledger names them).
-	sc.Actor = memoryhook.Actor{Type: memoryhook.ActorModel, Tenant: x.req.pol.Tenant, KeyID: x.req.keyID,
+	sc.Actor = memoryhook.Actor{Type: memoryhook.ActorModel, Tenant: x.who.pol.Tenant, KeyID: x.who.keyID,
 		RequestID: e.requestID, MessageID: e.id}
 	for i, c := range e.calls {
 		var res memoryhook.Result
@@ -252,6 +266,6 @@ func setIterations(b []byte, path string, its []tokens.Iteration) []byte {
 // its key (see policy.Policy.MemoryStore), under the tenant's limits. ok is
 // false when there is none (memory per key, and no key).
 func (x *exchange) scope() (sc memoryhook.Scope, ok bool) {
-	store, ok := x.req.pol.MemoryStore(x.req.keyID)
-	return memoryhook.Scope{Tenant: store, Limits: memoryhook.Limits(x.req.pol.Memory.Limits)}, ok
+	store, ok := x.who.pol.MemoryStore(x.who.keyID)
+	return memoryhook.Scope{Tenant: store, Limits: memoryhook.Limits(x.who.pol.Memory.Limits)}, ok
 }

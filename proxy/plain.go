@@ -17,7 +17,9 @@ import (
 // tenant's memory mode is proxy.
 func (x *exchange) servePlain() {
 	ctx := x.r.Context()
-	x.startLoop(false)
+	if !x.startLoop(false) {
+		return
+	}
 	var shown [][]byte // client-visible blocks of earlier rounds
 	for {
 		resp, reply, ok := x.plainRound(ctx)
@@ -33,7 +35,7 @@ func (x *exchange) servePlain() {
 		x.record(resp, tokens.ParseReply(reply), x.plainMeta(reply))
 		var end roundEnd
 		var client [][]byte // the reply's blocks but its memory calls
-		if x.req.memory {
+		if x.runsMemory() {
 			end.stopReason = gjson.GetBytes(reply, "stop_reason").Str
 		}
 		if x.mayContinue(end.stopReason) {
@@ -106,7 +108,7 @@ func (x *exchange) finishPlain(resp *http.Response, reply []byte, round int, sho
 // relayOnce forwards the request and relays the reply as it is (count_tokens,
 // batch creation).
 func (x *exchange) relayOnce() {
-	resp, t0, err := x.roundTrip(x.r.Context(), x.req.parts, x.req.retry)
+	resp, t0, err := x.roundTrip(x.r.Context(), x.req.parts, x.tenantRetry())
 	if err != nil {
 		x.upstreamError(err)
 		return

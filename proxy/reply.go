@@ -20,7 +20,7 @@ type clientReply struct {
 // fail answers with the API's error shape before anything else was sent.
 func (x *exchange) fail(status int, typ, msg string) {
 	x.out.status = status
-	x.req.ticket.Header(x.w.Header()) // the answer is the proxy's own: no upstream headers to hide
+	x.ticket.Header(x.w.Header()) // the answer is the proxy's own: no upstream headers to hide
 	x.out.n += int64(writeError(x.w, status, typ, msg))
 }
 
@@ -49,7 +49,7 @@ func (x *exchange) upstreamError(err error) {
 		x.out.status = 499 // client closed the request
 		return
 	}
-	x.s.log.Warn("upstream failed", zap.String("tenant", x.req.tenant), zap.Error(err))
+	x.s.log.Warn("upstream failed", zap.String("tenant", x.who.tenant()), zap.Error(err))
 	x.fail(status, "", msg)
 }
 

@@ -24,9 +24,11 @@ import (
 
 func (x *exchange) serveStream() {
 	ctx := x.r.Context()
+	if !x.startLoop(true) {
+		return
+	}
 	sw := newStreamWriter(x.w)
 	defer x.streamed(sw)
-	x.startLoop(true)
 	for {
 		rd, up := x.streamRound(ctx, sw)
 		if rd == nil {
@@ -75,7 +77,7 @@ func (x *exchange) streamRound(ctx context.Context, sw *streamWriter) (*round, u
 	ir := newIdleReader(resp.Body, x.s.cfg.StreamIdleTimeout, cancel)
 	up := upstreamBody{ir: ir, cancel: cancel, rest: &io.LimitedReader{R: ir, N: math.MaxInt64}}
 	up.src = newSSEReader(up.rest)
-	rd := &round{memory: x.req.memory, first: x.loop.round == 0, requestID: resp.Header.Get("Request-Id")}
+	rd := &round{memory: x.runsMemory(), first: x.loop.round == 0, requestID: resp.Header.Get("Request-Id")}
 	err = rd.relay(up.src, sw)
 	if err == nil && rd.done {
 		err = up.afterStop()

@@ -48,10 +48,10 @@ func (x *exchange) startCallSpan(ctx context.Context, path string, body [][]byte
 		return ctx
 	}
 	x.spans.call.End() // a call whose reply was never accounted
-	q := &x.req
+	q, pol := &x.req, x.who.pol
 	req := tracing.ChatRequest{
-		Model:     q.model,
-		Stream:    q.stream,
+		Model:     q.info.Model,
+		Stream:    q.info.Stream,
 		Tenant:    x.tenantLabel(),
 		Edits:     q.info.Edits,
 		Round:     x.loop.round,
@@ -60,11 +60,11 @@ func (x *exchange) startCallSpan(ctx context.Context, path string, body [][]byte
 	if path == pathCountTokens {
 		req.Operation = "count_tokens"
 	}
-	if q.pol != nil {
-		req.PolicyMode = string(q.pol.ContextManagement.Mode)
+	if pol != nil {
+		req.PolicyMode = string(pol.ContextManagement.Mode)
 	}
 	ctx, x.spans.call = t.StartChat(ctx, req)
-	content := q.pol != nil && q.pol.Tracing.Content
+	content := pol != nil && pol.Tracing.Content
 	if (q.info.Threaded || content) && x.spans.call.Recording() {
 		r := gjson.GetManyBytes(joinParts(body), "thread.previous_message_id", "messages")
 		messages := ""
@@ -84,7 +84,7 @@ func (x *exchange) plainMeta(reply []byte) replyMeta {
 	}
 	r := gjson.GetManyBytes(reply, "id", "model", "stop_reason", "content")
 	m := replyMeta{id: r[0].Str, model: r[1].Str, stopReason: r[2].Str}
-	if x.req.pol != nil && x.req.pol.Tracing.Content {
+	if x.who.pol != nil && x.who.pol.Tracing.Content {
 		m.content = r[3].Raw
 	}
 	return m
@@ -144,7 +144,7 @@ func (x *exchange) traceMemory(ctx context.Context, input []byte, run func(conte
 		return run(ctx)
 	}
 	ctx, sp := t.StartMemory(ctx, gjson.GetBytes(input, "command").Str)
-	if x.req.pol != nil && x.req.pol.Tracing.Content {
+	if x.who.pol != nil && x.who.pol.Tracing.Content {
 		sp.SetMemoryInput(input)
 	}
 	res := run(ctx)

@@ -41,8 +41,7 @@ func (x *exchange) callUpstream(ctx context.Context, route *http.Request, body [
 	var lead *leadUpload
 	var lease *bodyLease
 	if route == x.r {
-		lead, lease = x.req.lead, x.req.lease
-		x.req.lead = nil
+		lead, lease = x.in.lead.take(), x.in.lease
 	}
 	if lead != nil {
 		t0 = lead.t0
@@ -50,7 +49,6 @@ func (x *exchange) callUpstream(ctx context.Context, route *http.Request, body [
 	resp, err = x.s.up.do(ctx, func(attempt int) (*http.Response, error) {
 		if attempt == 0 && lead != nil {
 			if resp, err, ok := lead.result(ctx); ok {
-				x.req.led = true
 				return resp, err
 			}
 			t0 = time.Now() // the upstream saw no whole request: send it again, whole
@@ -73,7 +71,7 @@ func (x *exchange) callUpstream(ctx context.Context, route *http.Request, body [
 	if resp.StatusCode != http.StatusOK {
 		x.failCallSpan(resp.StatusCode, "")
 	}
-	scrubReply(resp, x.req.upstreamKey)
+	scrubReply(resp, x.who.upstreamKey)
 	return resp, t0, nil
 }
 
