@@ -8,8 +8,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"net/http"
-	"strings"
 
+	"github.com/ctxproxy/ctxproxy/internal/apikey"
 	"github.com/ctxproxy/ctxproxy/policy"
 )
 
@@ -43,10 +43,11 @@ func (a Auth) enabled() bool {
 	return a.Operator != nil && (a.HasOperators == nil || a.HasOperators())
 }
 
-// Authorize finds the principal of r from its token: Authorization: Bearer,
-// x-admin-token, or x-api-key (so an SDK given the token as its API key works).
+// Authorize finds the principal of r from its token, read as every
+// credential is (apikey.From: x-api-key, so an SDK given the token as its
+// API key works, then Authorization: Bearer, then x-admin-token).
 func (a Auth) Authorize(r *http.Request) (Principal, bool) {
-	return a.Token(tokenFrom(r))
+	return a.Token(apikey.From(r.Header))
 }
 
 // Enabled says whether any token can authorise (see enabled).
@@ -58,7 +59,7 @@ func (a Auth) Token(tok string) (Principal, bool) {
 	if tok == "" {
 		return Principal{}, false
 	}
-	return a.TokenHash(sha256.Sum256([]byte(tok)))
+	return a.TokenHash(apikey.Hash(tok))
 }
 
 // TokenHash finds the principal of the token whose sha256 is h: what a
@@ -75,16 +76,6 @@ func (a Auth) TokenHash(h [32]byte) (Principal, bool) {
 		return a.Operator(h)
 	}
 	return Principal{}, false
-}
-
-func tokenFrom(r *http.Request) string {
-	if s, tok, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(s, "Bearer") {
-		return strings.TrimSpace(tok)
-	}
-	if t := r.Header.Get("X-Admin-Token"); t != "" {
-		return t
-	}
-	return r.Header.Get("X-Api-Key")
 }
 
 // PolicyAuth is the authorisation of every operator surface (/admin, the

@@ -1,13 +1,13 @@
 package console
 
 import (
-	"encoding/hex"
 	"net/http"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/apikey"
 	"github.com/ctxproxy/ctxproxy/keys"
 	"github.com/ctxproxy/ctxproxy/policy"
 	"github.com/ctxproxy/ctxproxy/tokens"
@@ -54,7 +54,7 @@ func (c *Console) view(p *policy.Policy) tenantView {
 		v.Limits = p.Limits.String()
 	}
 	for _, h := range p.KeyHashes {
-		v.PolicyKeys = append(v.PolicyKeys, hex.EncodeToString(h[:4]))
+		v.PolicyKeys = append(v.PolicyKeys, apikey.ID(h))
 	}
 	_, v.OwnKey = p.UpstreamKey()
 	return v

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/internal/apikey"
 )
 
 // CacheTTL is how long a replica trusts what it read about a key. A
@@ -44,7 +46,7 @@ func NewKeyring(store Store) *Keyring {
 // ErrRevoked, ErrExpired, or a store error (wrapped) when the store cannot
 // say. Expiry is checked against the clock on every call.
 func (kr *Keyring) Verify(ctx context.Context, secret string) (Key, error) {
-	h := Hash(secret)
+	h := apikey.Hash(secret)
 	now := kr.now()
 	kr.mu.Lock()
 	c, ok := kr.cache[h]
@@ -106,7 +108,7 @@ func (kr *Keyring) Create(ctx context.Context, s Spec) (Key, string, error) {
 		return Key{}, "", err
 	}
 	// Microseconds: what PostgreSQL keeps, so both stores answer the same times.
-	k := Key{ID: id, Tenant: s.Tenant, Name: s.Name, User: s.User, Hash: Hash(secret),
+	k := Key{ID: id, Tenant: s.Tenant, Name: s.Name, User: s.User, Hash: apikey.Hash(secret),
 		CreatedAt: kr.now().UTC().Truncate(time.Microsecond), ExpiresAt: s.ExpiresAt.UTC().Truncate(time.Microsecond)}
 	if err := kr.store.Insert(ctx, k); err != nil {
 		return Key{}, "", fmt.Errorf("store new key: %w", err)

@@ -8,12 +8,12 @@ package keys
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/internal/apikey"
 )
 
 // Prefix starts every ctxproxy key, so secret scanners can be told it.
@@ -50,7 +50,7 @@ type Key struct {
 
 // KeyID is the first 8 hex digits of the key's sha256: the form logs, the
 // ledger and spend caps use for any key.
-func (k *Key) KeyID() string { return hex.EncodeToString(k.Hash[:4]) }
+func (k *Key) KeyID() string { return apikey.ID(k.Hash) }
 
 // State says whether k is usable at now: nil, ErrRevoked or ErrExpired.
 func (k *Key) State(now time.Time) error {
@@ -65,9 +65,6 @@ func (k *Key) State(now time.Time) error {
 
 // IsKey says whether a presented credential is shaped as a ctxproxy key.
 func IsKey(s string) bool { return strings.HasPrefix(s, Prefix) }
-
-// Hash is the sha256 a key is stored and looked up by.
-func Hash(secret string) [32]byte { return sha256.Sum256([]byte(secret)) }
 
 // newSecret is Prefix and secretLen random base62 characters.
 func newSecret() (string, error) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/apikey"
 	"github.com/ctxproxy/ctxproxy/internal/pgtest"
 )
 
@@ -46,8 +47,8 @@ func TestMintedKeys(t *testing.T) {
 		}
 		seen[s] = true
 	}
-	k := Key{Hash: Hash("sk-ctx-example")}
-	if got := k.KeyID(); len(got) != 8 || !strings.HasPrefix(strings.ToLower(hexOf(Hash("sk-ctx-example"))), got) {
+	k := Key{Hash: apikey.Hash("sk-ctx-example")}
+	if got := k.KeyID(); len(got) != 8 || !strings.HasPrefix(strings.ToLower(hexOf(apikey.Hash("sk-ctx-example"))), got) {
 		t.Fatalf("KeyID = %q", got)
 	}
 }
@@ -105,7 +106,7 @@ func testStore(t *testing.T, open func(*testing.T) Store) {
 
 	t.Run("a minted key verifies as itself, and only its hash is kept", func(t *testing.T) {
 		k, err := kr.Verify(ctx, secretA)
-		if err != nil || k.ID != a.ID || k.Tenant != "acme" || k.User != "ana" || k.Hash != Hash(secretA) {
+		if err != nil || k.ID != a.ID || k.Tenant != "acme" || k.User != "ana" || k.Hash != apikey.Hash(secretA) {
 			t.Fatalf("Verify = %+v, %v", k, err)
 		}
 	})

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/internal/apierr"
+	"github.com/ctxproxy/ctxproxy/internal/apikey"
 	"go.uber.org/zap"
 
 	operatorauth "github.com/ctxproxy/ctxproxy/admin"
@@ -110,22 +111,10 @@ type call struct {
 
 type handler func(w http.ResponseWriter, c *call)
 
-// token is the credential as the SDKs send it: x-api-key (apiKey) or a
-// bearer token (authToken).
-func token(r *http.Request) string {
-	if t := r.Header.Get("x-api-key"); t != "" {
-		return t
-	}
-	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
-		return strings.TrimSpace(h[7:])
-	}
-	return ""
-}
-
 func (a *API) auth(h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := &call{r: r}
-		if token(r) == "" {
+		if apikey.From(r.Header) == "" {
 			apierr.Write(w, http.StatusUnauthorized, "authentication_error", "the memory operator API needs an operator token (x-api-key or Authorization: Bearer)")
 			return
 		}

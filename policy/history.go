@@ -1,10 +1,9 @@
 package policy
 
 import (
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 
+	"github.com/ctxproxy/ctxproxy/internal/apikey"
 	"gopkg.in/yaml.v3"
 )
 
@@ -47,7 +46,7 @@ func (s *Set) OperatorToken(token string) (p *Policy, name string, ok bool) {
 	if token == "" {
 		return nil, "", false
 	}
-	return s.OperatorTokenHash(sha256.Sum256([]byte(token)))
+	return s.OperatorTokenHash(apikey.Hash(token))
 }
 
 // OperatorTokenHash is OperatorToken by the token's sha256: a console
@@ -60,7 +59,7 @@ func (s *Set) OperatorTokenHash(h [32]byte) (p *Policy, name string, ok bool) {
 	for _, t := range s.tenants {
 		for _, k := range t.OperatorTokens {
 			if subtle.ConstantTimeCompare(k[:], h[:]) == 1 {
-				return t, "op-" + hex.EncodeToString(h[:4]), true
+				return t, "op-" + apikey.ID(h), true
 			}
 		}
 	}

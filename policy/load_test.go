@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/internal/apikey"
 )
 
 // Load golden files: text sections "-- NAME --" are files written into a fresh folder, and "want" is
@@ -164,7 +166,7 @@ func TestLookup(t *testing.T) {
 		t.Errorf("empty key: %v %v", p, ok)
 	}
 	// Even a set that somehow indexed the sha256 of nothing never matches a missing key.
-	odd, _ := newSet([]*Policy{{Tenant: "odd", KeyHashes: [][32]byte{HashKey("")}}})
+	odd, _ := newSet([]*Policy{{Tenant: "odd", KeyHashes: [][32]byte{apikey.Hash("")}}})
 	if p, ok := odd.Lookup(""); ok || p != nil {
 		t.Errorf("empty key matched tenant %v", p)
 	}
@@ -191,7 +193,7 @@ func TestLookup(t *testing.T) {
 }
 
 func hexHash(key string) string {
-	h := HashKey(key)
+	h := apikey.Hash(key)
 	const digits = "0123456789abcdef"
 	b := make([]byte, 64)
 	for i, c := range h {
@@ -204,11 +206,5 @@ func write(t testing.TB, dir, name, content string) {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func TestKeyID(t *testing.T) {
-	if got := KeyID("sk-ctxproxy-example-demo-key"); got != "a62c5ceb" {
-		t.Errorf("KeyID: %s", got)
 	}
 }

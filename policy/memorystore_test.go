@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/ctxproxy/ctxproxy/internal/apikey"
 )
 
 func TestTheDefaultTenantKeepsMemoryPerKey(t *testing.T) {
@@ -23,9 +25,9 @@ func TestTheDefaultTenantKeepsMemoryPerKey(t *testing.T) {
 	}
 	def, acme := set.Default(), set.Tenant("acme")
 	t.Run("each key of the default tenant has its own store", func(t *testing.T) {
-		a, okA := def.MemoryStore(KeyID("sk-ant-alice"))
-		b, okB := def.MemoryStore(KeyID("sk-ant-bob"))
-		if !okA || !okB || a == b || a != "default~"+KeyID("sk-ant-alice") {
+		a, okA := def.MemoryStore(apikey.IDOf("sk-ant-alice"))
+		b, okB := def.MemoryStore(apikey.IDOf("sk-ant-bob"))
+		if !okA || !okB || a == b || a != "default~"+apikey.IDOf("sk-ant-alice") {
 			t.Errorf("stores %q %v, %q %v", a, okA, b, okB)
 		}
 	})
@@ -37,7 +39,7 @@ func TestTheDefaultTenantKeepsMemoryPerKey(t *testing.T) {
 		}
 	})
 	t.Run("another tenant's keys share its store", func(t *testing.T) {
-		if name, ok := acme.MemoryStore(KeyID("k")); !ok || name != "acme" {
+		if name, ok := acme.MemoryStore(apikey.IDOf("k")); !ok || name != "acme" {
 			t.Errorf("%q %v", name, ok)
 		}
 		if name, ok := acme.MemoryStore(""); !ok || name != "acme" {
@@ -58,6 +60,6 @@ func TestTheDefaultTenantKeepsMemoryPerKey(t *testing.T) {
 }
 
 func hexKey(k string) string {
-	h := HashKey(k)
+	h := apikey.Hash(k)
 	return hex.EncodeToString(h[:])
 }

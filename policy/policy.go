@@ -1,12 +1,11 @@
 package policy
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/apikey"
 	"github.com/ctxproxy/ctxproxy/internal/modelid"
 )
 
@@ -105,29 +104,16 @@ const KeyStoreSep = "~"
 func (p *Policy) MemoryPerKey() bool { return p.Tenant == DefaultTenant }
 
 // MemoryStore names the memory store of a request made with key id keyID
-// (see KeyID): the tenant's, or with memory per key, tenant~<key id>. ok is
+// (package apikey): the tenant's, or with memory per key, tenant~<key id>. ok is
 // false when there is none: memory per key and no key.
 func (p *Policy) MemoryStore(keyID string) (name string, ok bool) {
 	if !p.MemoryPerKey() {
 		return p.Tenant, true
 	}
-	if !isKeyID(keyID) {
+	if !apikey.IsID(keyID) {
 		return "", false
 	}
 	return p.Tenant + KeyStoreSep + keyID, true
-}
-
-// isKeyID reports whether s has KeyID's shape: 8 lowercase hex digits.
-func isKeyID(s string) bool {
-	if len(s) != 8 {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // Policy is one tenant's policy. It is read-only once loaded.
@@ -385,13 +371,4 @@ func (p *Policy) Summary() string {
 		b.WriteString(", traces carry content")
 	}
 	return b.String()
-}
-
-// HashKey is the sha256 of an API key, the form policies store keys in.
-func HashKey(apiKey string) [32]byte { return sha256.Sum256([]byte(apiKey)) }
-
-// KeyID is the first 8 hex digits of the key's sha256: the most of a key that may be logged.
-func KeyID(apiKey string) string {
-	h := HashKey(apiKey)
-	return hex.EncodeToString(h[:4])
 }

@@ -1,10 +1,11 @@
 package policy
 
 import (
-	"encoding/hex"
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/ctxproxy/ctxproxy/internal/apikey"
 )
 
 // Set is the policies of one folder, immutable once built.
@@ -34,7 +35,7 @@ func newSet(policies []*Policy) (*Set, LoadErrors) {
 					line = p.keyLines[i]
 				}
 				errs = append(errs, LoadError{File: p.File, Line: line,
-					Msg: fmt.Sprintf("api key hash %s… of tenant %q is also listed by tenant %q (%s:%d)", hex.EncodeToString(h[:4]), p.Tenant, prev.Tenant, prev.File, prev.keyLine(h))})
+					Msg: fmt.Sprintf("api key hash %s… of tenant %q is also listed by tenant %q (%s:%d)", apikey.ID(h), p.Tenant, prev.Tenant, prev.File, prev.keyLine(h))})
 				bad = true
 			}
 		}
@@ -61,7 +62,7 @@ func (s *Set) Lookup(apiKey string) (p *Policy, ok bool) {
 	if apiKey == "" {
 		return s.Default(), false
 	}
-	return s.LookupHash(HashKey(apiKey))
+	return s.LookupHash(apikey.Hash(apiKey))
 }
 
 // LookupHash is Lookup for a key already hashed.
@@ -97,7 +98,7 @@ func (s *Set) Tenant(name string) *Policy {
 func (s *Set) StoreOwner(name string) *Policy {
 	tenant, key, perKey := strings.Cut(name, KeyStoreSep)
 	p := s.Tenant(tenant)
-	if p == nil || perKey && (!p.MemoryPerKey() || !isKeyID(key)) {
+	if p == nil || perKey && (!p.MemoryPerKey() || !apikey.IsID(key)) {
 		return nil
 	}
 	return p

@@ -7,11 +7,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/internal/apikey"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
-	"github.com/ctxproxy/ctxproxy/policy"
 )
 
 // The agent session the issue names: view, create, str_replace, view, then
@@ -148,7 +148,7 @@ func TestTheDefaultTenantsMemoryIsKeptPerKey(t *testing.T) {
 	if r := result("", fakeapi.MemoryView("/memories")); r.Get("content").Str != "Error: memory store unavailable: memory here is kept per API key, and this request has none" {
 		t.Errorf("a keyless view: %s", r.Raw)
 	}
-	if _, ok := h.memFile("default~"+policy.KeyID(alice), "secret.md"); !ok {
+	if _, ok := h.memFile("default~"+apikey.IDOf(alice), "secret.md"); !ok {
 		t.Error("alice's file is not in her key's store")
 	}
 	if _, ok := h.memFile("default", "secret.md"); ok {

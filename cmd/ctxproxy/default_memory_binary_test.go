@@ -7,11 +7,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/internal/apikey"
 	"github.com/tidwall/gjson"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
 	"github.com/ctxproxy/ctxproxy/internal/stack"
-	"github.com/ctxproxy/ctxproxy/policy"
 )
 
 // The shipped default.yaml, through the built binary: two keys no tenant
@@ -62,7 +62,7 @@ func TestBinaryShippedDefaultTenantKeepsStrangersMemoryApart(t *testing.T) {
 		t.Errorf("alice's own memory: %q", got)
 	}
 
-	aliceStore, bobStore := "memstore_default~"+policy.KeyID(alice), "memstore_default~"+policy.KeyID(bob)
+	aliceStore, bobStore := "memstore_default~"+apikey.IDOf(alice), "memstore_default~"+apikey.IDOf(bob)
 	st, body := operatorCall(t, p.Addr, admin, "GET", "/v1/memory_stores", "")
 	ids := gjson.Get(body, "data.#.id").String()
 	if st != 200 || !strings.Contains(ids, `"`+aliceStore+`"`) || !strings.Contains(ids, `"`+bobStore+`"`) || !strings.Contains(ids, `"memstore_default"`) {

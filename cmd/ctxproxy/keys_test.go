@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/apikey"
 	"github.com/tidwall/gjson"
 
 	"github.com/ctxproxy/ctxproxy/internal/binaries"
@@ -204,7 +205,7 @@ func TestBinaryKeysAcrossReplicas(t *testing.T) {
 }
 
 func keyIDOf(secret string) string {
-	h := keys.Hash(secret)
+	h := apikey.Hash(secret)
 	return hex.EncodeToString(h[:4])
 }
 
