@@ -282,7 +282,7 @@ func (c *Console) operator(r *http.Request, tenant string) memoryhook.Operator {
 	s, _ := session(r)
 	p := c.cfg.Policies.Current().Tenant(tenant)
 	return memoryhook.Operator{St: c.cfg.Memory, Sc: memoryhook.Scope{
-		Tenant: tenant, Limits: memoryhook.Limits(p.Memory.Limits),
+		Tenant: tenant, Limits: p.Memory.Limits,
 		Actor: memoryhook.Actor{Type: memoryhook.ActorOperator, Tenant: tenant, Operator: s.who.Name},
 	}}
 }

@@ -213,7 +213,7 @@ func quoteID(s string) string {
 func (a *API) operator(p storeRef, c *call) memoryhook.Operator {
 	return memoryhook.Operator{St: a.cfg.Store, Sc: memoryhook.Scope{
 		Tenant: p.Name,
-		Limits: memoryhook.Limits(p.Memory.Limits),
+		Limits: p.Memory.Limits,
 		Actor:  OperatorActor(c.operator),
 	}}
 }

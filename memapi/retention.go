@@ -10,11 +10,6 @@ import (
 	"github.com/ctxproxy/ctxproxy/policy"
 )
 
-// Retention returns a tenant's memory.history as the store's Retention.
-func Retention(p *policy.Policy) memoryhook.Retention {
-	return memoryhook.Retention{KeepDays: p.Memory.History.KeepDays, KeepLatest: p.Memory.History.KeepLatest}
-}
-
 // PruneAll prunes every tenant's history by its policy once, and that of
 // each key's store of a tenant with memory per key; it returns how many
 // versions went.
@@ -30,7 +25,7 @@ func PruneAll(ctx context.Context, st memoryhook.Governed, pols *policy.Store, l
 			stores = append(stores, keys...)
 		}
 		for _, name := range stores {
-			n, err := st.Prune(ctx, name, Retention(p), time.Now())
+			n, err := st.Prune(ctx, name, p.Memory.History, time.Now())
 			if err != nil {
 				if ctx.Err() == nil {
 					log.Error("memory history pruning failed", zap.String("tenant", p.Tenant), zap.String("store", name), zap.Error(err))

@@ -4,24 +4,12 @@ import (
 	"crypto/subtle"
 
 	"github.com/ctxproxy/ctxproxy/internal/apikey"
+	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"gopkg.in/yaml.v3"
 )
 
-// Defaults of memory.history: versions younger than 30 days are kept, and
-// the latest 10 of each memory whatever their age.
-const (
-	DefaultHistoryKeepDays   = 30
-	DefaultHistoryKeepLatest = 10
-)
-
-// History is memory.history of a policy: the retention of memory versions.
-// KeepDays 0 turns history off (only each memory's current version stays).
-type History struct {
-	KeepDays   int
-	KeepLatest int
-}
-
-func (ps *parser) history(n *yaml.Node, h *History) {
+// history parses memory.history, the retention of memory versions.
+func (ps *parser) history(n *yaml.Node, h *memoryhook.Retention) {
 	if isNull(n) {
 		return
 	}

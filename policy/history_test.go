@@ -3,6 +3,8 @@ package policy
 import (
 	"strings"
 	"testing"
+
+	"github.com/ctxproxy/ctxproxy/memoryhook"
 )
 
 func TestMemoryHistoryAndOperatorTokens(t *testing.T) {
@@ -14,12 +16,12 @@ func TestMemoryHistoryAndOperatorTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("history is on by default: 30 days, the latest 10", func(t *testing.T) {
-		if h := set.Tenant("globex").Memory.History; h != (History{KeepDays: 30, KeepLatest: 10}) {
+		if h := set.Tenant("globex").Memory.History; h != (memoryhook.Retention{KeepDays: 30, KeepLatest: 10}) {
 			t.Errorf("default history %+v", h)
 		}
 	})
 	t.Run("a policy sets keep_days and keep_latest", func(t *testing.T) {
-		if h := set.Tenant("acme").Memory.History; h != (History{KeepDays: 0, KeepLatest: 3}) {
+		if h := set.Tenant("acme").Memory.History; h != (memoryhook.Retention{KeepDays: 0, KeepLatest: 3}) {
 			t.Errorf("history %+v", h)
 		}
 	})

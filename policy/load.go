@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
+	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"gopkg.in/yaml.v3"
 )
 
@@ -344,13 +345,8 @@ func (ps *parser) policy(n *yaml.Node, isDefault bool) *Policy {
 		Memory: Memory{
 			Mode:          MemoryOff,
 			MaxIterations: DefaultMaxIterations,
-			History:       History{KeepDays: DefaultHistoryKeepDays, KeepLatest: DefaultHistoryKeepLatest},
-			Limits: MemoryLimits{
-				MaxFileBytes:   DefaultMaxFileBytes,
-				MaxTenantBytes: DefaultMaxTenantBytes,
-				MaxFiles:       DefaultMaxFiles,
-				MaxViewChars:   DefaultMaxViewChars,
-			},
+			History:       memoryhook.DefaultRetention(),
+			Limits:        memoryhook.DefaultLimits(),
 		},
 		Upstream: Upstream{RetryBaseDelay: DefaultRetryBaseDelay, RetryMaxDelay: DefaultRetryMaxDelay},
 		Limits:   defaultLimits(),

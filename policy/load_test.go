@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/internal/apikey"
+	"github.com/ctxproxy/ctxproxy/memoryhook"
 )
 
 // Load golden files: text sections "-- NAME --" are files written into a fresh folder, and "want" is
@@ -80,7 +81,7 @@ func TestLoadDefaults(t *testing.T) {
 	if p.Memory.MaxIterations != 10 {
 		t.Errorf("max_iterations: got %d, want 10", p.Memory.MaxIterations)
 	}
-	want := MemoryLimits{MaxFileBytes: 1 << 20, MaxTenantBytes: 64 << 20, MaxFiles: 10000, MaxViewChars: 100000}
+	want := memoryhook.Limits{MaxFileBytes: 1 << 20, MaxTenantBytes: 64 << 20, MaxFiles: 10000, MaxViewChars: 100000}
 	if p.Memory.Limits != want {
 		t.Errorf("limits: got %+v, want %+v", p.Memory.Limits, want)
 	}
@@ -118,7 +119,7 @@ upstream: { retries: 2, retry_base_delay: 1s, retry_max_delay: 3s }
 	if got := string(p.clearToolUsesJSON); got != want {
 		t.Errorf("clear_tool_uses:\n got %s\nwant %s", got, want)
 	}
-	if p.Memory.MaxIterations != 3 || p.Memory.Limits != (MemoryLimits{10, 20, 30, 40}) {
+	if p.Memory.MaxIterations != 3 || p.Memory.Limits != (memoryhook.Limits{MaxFileBytes: 10, MaxTenantBytes: 20, MaxFiles: 30, MaxViewChars: 40}) {
 		t.Errorf("memory: %+v", p.Memory)
 	}
 	if u := p.Upstream; u.Retries != 2 || u.RetryBaseDelay != time.Second || u.RetryMaxDelay != 3*time.Second {

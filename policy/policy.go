@@ -7,6 +7,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/internal/apikey"
 	"github.com/ctxproxy/ctxproxy/internal/modelid"
+	"github.com/ctxproxy/ctxproxy/memoryhook"
 )
 
 // CMMode says how the tenant's context_management edits combine with the client's.
@@ -81,10 +82,6 @@ var DefaultCompactModels = []string{
 // Defaults for fields a policy file may omit.
 const (
 	DefaultMaxIterations  = 10
-	DefaultMaxFileBytes   = 1 << 20
-	DefaultMaxTenantBytes = 64 << 20
-	DefaultMaxFiles       = 10000
-	DefaultMaxViewChars   = 100000
 	DefaultRetryBaseDelay = 200 * time.Millisecond
 	DefaultRetryMaxDelay  = 5 * time.Second
 	// MaxRetries bounds upstream.retries: more than this only hides an outage.
@@ -260,16 +257,9 @@ type ClearToolInputs struct {
 // Memory is the memory block of a policy.
 type Memory struct {
 	Mode          MemoryMode
-	MaxIterations int // memory loop cap (issue 3)
-	Limits        MemoryLimits
-	History       History
-}
-
-// MemoryLimits has the same fields as memoryhook.Limits so it converts with memoryhook.Limits(l).
-// In YAML MaxTenantBytes is max_total_bytes.
-type MemoryLimits struct {
-	MaxFileBytes, MaxTenantBytes int64
-	MaxFiles, MaxViewChars       int
+	MaxIterations int                  // memory loop cap (issue 3)
+	Limits        memoryhook.Limits    // memory.limits; in YAML MaxTenantBytes is max_total_bytes
+	History       memoryhook.Retention // memory.history; keep_days 0 turns history off
 }
 
 // Upstream is the upstream block of a policy (issue 7).

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
+	"github.com/ctxproxy/ctxproxy/internal/pgurl"
 	"github.com/tidwall/gjson"
 )
 
@@ -163,7 +164,7 @@ func OpenLedger(ctx context.Context, spec string) (Ledger, error) {
 			return nil, err
 		}
 		return l, nil
-	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
+	case pgurl.Is(spec):
 		l, err := OpenPGLedger(ctx, spec)
 		if err != nil {
 			return nil, err

@@ -71,7 +71,7 @@ type Prices struct {
 	exact   map[string]*PriceEntry // model: entries
 	named   map[string]*PriceEntry // prefix: entries, by their model
 	entries []*PriceEntry          // file order
-	factors  Factors
+	factors Factors
 	// factorsSet: the file set factors or web_search_per_1000 (Over keeps them).
 	factorsSet bool
 }

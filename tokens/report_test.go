@@ -50,7 +50,7 @@ func reportCalls(t *testing.T) []Call {
 		// gross: cleared 40,000 × the read price 0.3 = $0.012; penalty: 1,000 missed tokens charged
 		// to the edits, all 5m writes, × (3.75 − 0.3) = $0.00345; net $0.00855
 		{Time: day1, Tenant: "acme", Model: "claude-sonnet-4-5-20250929", Status: 200,
-			Usage: Usage{InputTokens: 100_000, OutputTokens: 2_000, CacheCreationInputTokens: 1_000, CacheReadInputTokens: 50_000},
+			Usage:       Usage{InputTokens: 100_000, OutputTokens: 2_000, CacheCreationInputTokens: 1_000, CacheReadInputTokens: 50_000},
 			Edits:       []AppliedEdit{{Type: EditClearToolUses, ClearedToolUses: 6, ClearedInputTokens: 40_000}},
 			CacheEffect: CacheMeasured, CacheMissCause: CauseEdits, CacheMissedInputTokens: 1_000},
 		// acme sonnet 4.5 (memory-loop second call): 10,000×3 + 500×15 + 60,000×0.3 = 30,000+7,500+18,000 = $0.0555
@@ -92,7 +92,7 @@ func TestBuildReportByModel(t *testing.T) {
 	}
 	type sums struct {
 		calls, in, out, cw, cr, cleared, tools, thinking, unknown, effectUnknown int64
-		cost, gross, penalty, savings                                           Money
+		cost, gross, penalty, savings                                            Money
 	}
 	if len(r.Rows) != len(rows) {
 		t.Fatalf("rows: %+v", r.Rows)

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/pgurl"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -66,7 +67,7 @@ func consoleHandler(cfg *config, p consoleParts, log *zap.Logger) http.Handler {
 // serves the next page on any), else this process's memory (the file store
 // is one process's too). stop closes it.
 func openConsoleSessions(ctx context.Context, cfg *config, log *zap.Logger) (_ console.Sessions, stop func(), err error) {
-	if !isPostgresURL(cfg.MemoryStore) {
+	if !pgurl.Is(cfg.MemoryStore) {
 		return console.NewMemorySessions(), func() {}, nil
 	}
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -4,9 +4,9 @@ import (
 	"context"
 	"net/http"
 	"path/filepath"
-	"strings"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/pgurl"
 	"go.uber.org/zap"
 
 	"github.com/ctxproxy/ctxproxy/admin"
@@ -21,7 +21,7 @@ import (
 // the last-use writer and closes the store.
 func openKeyring(ctx context.Context, cfg *config, log *zap.Logger) (_ *keys.Keyring, stop func(), err error) {
 	var store keys.Store
-	if spec := cfg.MemoryStore; strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://") {
+	if spec := cfg.MemoryStore; pgurl.Is(spec) {
 		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		if store, err = keys.OpenPGStore(octx, spec); err != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/pgurl"
 	"go.uber.org/zap"
 
 	"github.com/ctxproxy/ctxproxy/limits"
@@ -21,7 +22,7 @@ func limitsStoreURL(cfg *config) string {
 	switch {
 	case cfg.LimitsStore != "":
 		return cfg.LimitsStore
-	case isPostgresURL(cfg.Ledger):
+	case pgurl.Is(cfg.Ledger):
 		return cfg.Ledger
 	}
 	return "memory"
@@ -41,7 +42,7 @@ func openLimits(ctx context.Context, cfg *config, prices *tokens.Prices, metrics
 	switch u := limitsStoreURL(cfg); {
 	case u == "memory":
 		spend = limits.NewMemoryStore()
-	case isPostgresURL(u):
+	case pgurl.Is(u):
 		s, err := limits.OpenPGStore(ctx, u)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--limits-store: %w", err)
@@ -73,7 +74,7 @@ func openRateStore(ctx context.Context, spec string, pg *limits.PGStore, closers
 		}
 		*closers = append(*closers, func() { r.Close() })
 		return r, nil
-	case isPostgresURL(spec):
+	case pgurl.Is(spec):
 		s, err := limits.OpenPGStore(ctx, spec)
 		if err != nil {
 			return nil, fmt.Errorf("--ratelimit-store: %w", err)
@@ -110,7 +111,7 @@ func reportCaps(ctx context.Context, cfg *config, tenant string, stderr io.Write
 		return nil, nil
 	}
 	u := limitsStoreURL(cfg)
-	if !isPostgresURL(u) {
+	if !pgurl.Is(u) {
 		fmt.Fprintln(stderr, "ctxproxy report: spend counters are in the serving process's memory (no PostgreSQL --limits-store or --ledger): see its /admin/report")
 		return nil, nil
 	}

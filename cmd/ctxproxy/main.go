@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/pgurl"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -313,7 +314,7 @@ func openMemoryStore(ctx context.Context, cfg *config, log *zap.Logger) (memoryh
 			return nil, nil, fmt.Errorf("open memory store %s: %w", cfg.MemoryDir, err)
 		}
 		return fs, func() {}, nil
-	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
+	case pgurl.Is(spec):
 		return openPGMemory(ctx, spec, log)
 	}
 	return nil, nil, fmt.Errorf("--memory-store %q: want file or a postgres:// URL", spec)

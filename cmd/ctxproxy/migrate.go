@@ -8,10 +8,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/pgurl"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ctxproxy/ctxproxy/console/pgsessions"
@@ -61,7 +61,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 		return 2
 	}
 	// Unset, the limits store is the ledger's database (limitsStoreURL): migrate it there too.
-	if *vals["limits-store"] == "" && isPostgresURL(*vals["ledger"]) {
+	if *vals["limits-store"] == "" && pgurl.Is(*vals["ledger"]) {
 		*vals["limits-store"] = *vals["ledger"]
 	}
 	if fs.NArg() > 0 {
@@ -73,7 +73,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 	migrated := 0
 	for _, t := range migrateTargets {
 		url := *vals[t.flag]
-		if !isPostgresURL(url) {
+		if !pgurl.Is(url) {
 			continue
 		}
 		migrated++
@@ -112,10 +112,6 @@ func migrateURL(ctx context.Context, url string, schemas []pgmigrate.Schema) (re
 	defer pool.Close()
 	res, err = pgmigrate.Apply(ctx, pool, schemas...)
 	return res, where, err
-}
-
-func isPostgresURL(s string) bool {
-	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
 }
 
 // serveFlag is the serve flag called name.
