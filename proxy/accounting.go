@@ -102,7 +102,7 @@ func (x *exchange) recordCount(resp *http.Response, body []byte) {
 func (x *exchange) ledgerCall(resp *http.Response) tokens.Call {
 	return tokens.Call{
 		Time:      time.Now(),
-		Tenant:    x.tenantLabel(),
+		Tenant:    x.who.label,
 		KeyID:     x.who.keyID,
 		User:      x.who.user,
 		Model:     x.req.info.Model,
@@ -117,35 +117,29 @@ func (x *exchange) ledgerCall(resp *http.Response) tokens.Call {
 func (x *exchange) memoryCommand(res memoryhook.Result) {
 	x.acct.memCmds++
 	if m := x.s.cfg.Metrics; m != nil {
-		m.MemoryCommand(x.tenantLabel(), res.Command, res.IsError)
+		m.MemoryCommand(x.who.label, res.Command, res.IsError)
 	}
 	if res.Unavailable {
-		x.s.log.Error("memory store unavailable", zap.String("tenant", x.tenantLabel()),
+		x.s.log.Error("memory store unavailable", zap.String("tenant", x.who.label),
 			zap.String("command", res.Command), zap.Error(res.Err))
 	}
-}
-
-func (x *exchange) tenantLabel() string {
-	if x.who.tenant() == "" {
-		return "none"
-	}
-	return x.who.tenant()
 }
 
 // finish writes the request's log line and metrics.
 func (x *exchange) finish() {
 	defer x.measureCompactions() // after the log line: the client has its reply
+	x.settle()
+	led := x.in.lead.led()
 	x.in.lead.drop()
 	x.in.lease.release()
 	x.endSpans()
-	x.settle()
 	d := time.Since(x.start)
 	if m := x.s.cfg.Metrics; m != nil {
-		m.ObserveRequest(x.tenantLabel(), x.req.info.Model, x.out.status, x.acct.upDur, max(d-x.acct.upDur, 0))
+		m.ObserveRequest(x.who.label, x.req.info.Model, x.out.status, x.acct.upDur, max(d-x.acct.upDur, 0))
 	}
 	if ce := x.s.log.Check(zap.InfoLevel, "request"); ce != nil {
 		ce.Write(
-			zap.String("tenant", x.tenantLabel()),
+			zap.String("tenant", x.who.label),
 			zap.String("key", x.who.keyID),
 			zap.String("path", x.r.URL.Path),
 			zap.String("model", x.req.info.Model),
@@ -156,7 +150,7 @@ func (x *exchange) finish() {
 			zap.Int("upstream_calls", x.acct.calls),
 			zap.Int("memory_commands", x.acct.memCmds),
 			zap.Int64("bytes_in", x.in.n),
-			zap.Bool("forwarded_while_reading", x.in.lead.led()),
+			zap.Bool("forwarded_while_reading", led),
 			zap.Int64("bytes_out", x.out.n),
 			zap.Strings("edits", x.req.info.Edits),
 			zap.Int64("input_tokens", x.acct.usage.InputTokens),

@@ -89,44 +89,40 @@ func passthroughCaller(r *http.Request) caller {
 	return c
 }
 
+// admission is who asks, as the admit phase found them: the caller, and
+// what its tenant's policy makes of the request.
+type admission struct {
+	caller
+	tenant string      // "" when no policy applies
+	label  string      // the tenant's name in logs and metrics: tenant, or "none"
+	memory bool        // the proxy runs the model's memory calls: memory.mode proxy, on Messages
+	retry  retryPolicy // the tenant's retries of an upstream call
+}
+
 // admit finds the caller and its tenant's policy, before the body is read:
-// a refused caller costs no read, and a 413 can name the tenant. The caller
-// is returned refused too: its key id is the refusal's log line's.
-func (x *exchange) admit() (caller, bool) {
+// a refused caller costs no read, and a 413 can name the tenant. The
+// admission is returned refused too: its key id is the refusal's log line's.
+func (x *exchange) admit() (admission, bool) {
 	s, r := x.s, x.r
 	c, refused := s.authenticate(r.Context(), r.Header)
+	a := admission{caller: c, label: "none"}
+	if pol := c.pol; pol != nil {
+		a.tenant = pol.Tenant
+		if pol.Tenant != "" {
+			a.label = pol.Tenant
+		}
+		a.memory = pol.Memory.Mode == policy.MemoryProxy && x.ep == epMessages
+		a.retry = retryPolicy{retries: pol.Upstream.Retries, base: pol.Upstream.RetryBaseDelay, max: pol.Upstream.RetryMaxDelay}
+	}
 	if refused != nil {
 		x.fail(refused.status, refused.typ, refused.msg)
-		return c, false
+		return a, false
 	}
 	if !c.known && s.cfg.RequireKnownTenant {
 		x.fail(http.StatusUnauthorized, "authentication_error", "the API key matches no ctxproxy tenant")
-		return c, false
+		return a, false
 	}
-	return c, true
-}
-
-// tenant is the caller's tenant; "" when no policy applies.
-func (c caller) tenant() string {
-	if c.pol == nil {
-		return ""
-	}
-	return c.pol.Tenant
-}
-
-// runsMemory says whether the proxy runs the model's memory calls: a
-// Messages request of a tenant in memory.mode proxy.
-func (x *exchange) runsMemory() bool {
-	return x.ep == epMessages && x.who.pol != nil && x.who.pol.Memory.Mode == policy.MemoryProxy
-}
-
-// tenantRetry is the tenant's retry policy for upstream calls (none without a policy).
-func (x *exchange) tenantRetry() retryPolicy {
-	pol := x.who.pol
-	if pol == nil {
-		return retryPolicy{}
-	}
-	return retryPolicy{retries: pol.Upstream.Retries, base: pol.Upstream.RetryBaseDelay, max: pol.Upstream.RetryMaxDelay}
+	return a, true
 }
 
 // apiKey is the client's credential: x-api-key, else the Bearer token.

@@ -321,6 +321,6 @@ func (x *exchange) openBatch(resp *http.Response, body []byte) {
 	if id.Type != gjson.String || !batchID(id.Str) {
 		return
 	}
-	e.OpenBatch(x.r.Context(), x.ticket, limits.Batch{ID: strings.Clone(id.Str), Tenant: x.tenantLabel(),
+	e.OpenBatch(x.r.Context(), x.ticket, limits.Batch{ID: strings.Clone(id.Str), Tenant: x.who.label,
 		KeyID: x.who.keyID, User: x.who.user})
 }

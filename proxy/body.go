@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -188,7 +187,7 @@ func (x *exchange) readClientBody() (clientBody, []byte, bool) {
 	s, r := x.s, x.r
 	whose := ""
 	if x.who.known {
-		whose = " for tenant " + x.who.tenant()
+		whose = " for tenant " + x.who.tenant
 	}
 	if r.ContentLength > s.cfg.MaxBody {
 		x.fail(http.StatusRequestEntityTooLarge, "request_too_large",
@@ -208,14 +207,6 @@ func (x *exchange) readClientBody() (clientBody, []byte, bool) {
 		return in, nil, false
 	}
 	return in, body, true
-}
-
-// joinParts is the body the pieces make, without a copy when there is one.
-func joinParts(parts [][]byte) []byte {
-	if len(parts) == 1 {
-		return parts[0]
-	}
-	return bytes.Join(parts, nil)
 }
 
 // readBody reads at most limit bytes; Content-Length sizes the buffer once

@@ -39,7 +39,7 @@ func (x *exchange) noteCompaction(status int, r tokens.Reply) {
 	}
 	body, err := countBody(joinParts(x.loop.parts))
 	if err != nil {
-		x.s.log.Warn("compaction not measured", zap.String("tenant", x.tenantLabel()), zap.Error(err))
+		x.s.log.Warn("compaction not measured", zap.String("tenant", x.who.label), zap.Error(err))
 		return
 	}
 	x.acct.measures = append(x.acct.measures, compactionMeasure{body: body, compacted: compacted})
@@ -116,7 +116,7 @@ func (x *exchange) measureCompactions() {
 	defer cancel()
 	for _, m := range x.acct.measures {
 		if err := x.measureCompaction(ctx, m); err != nil {
-			x.s.log.Warn("compaction not measured", zap.String("tenant", x.tenantLabel()), zap.Error(err))
+			x.s.log.Warn("compaction not measured", zap.String("tenant", x.who.label), zap.Error(err))
 		}
 	}
 }

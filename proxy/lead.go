@@ -42,7 +42,7 @@ const leadBatch = 128 << 10
 func (x *exchange) mayLead() bool {
 	s, r := x.s, x.r
 	return s.cfg.ForwardWhileReading && policy.LeadWorks &&
-		(x.ep == epMessages || x.ep == epCountTokens) && !x.runsMemory() &&
+		(x.ep == epMessages || x.ep == epCountTokens) && !x.who.memory &&
 		r.ContentLength >= minLeadBody && r.ContentLength <= s.cfg.MaxBody &&
 		r.Header.Get("Content-Encoding") == "" && !s.cfg.Tracer.Enabled()
 }
@@ -51,7 +51,7 @@ func (x *exchange) mayLead() bool {
 // On true, in.lead is the upload when it went ahead (callUpstream takes its reply); otherwise
 // the body is sent as a buffered one. Like readClientBody it returns in on a failure too.
 func (x *exchange) readLeading() (in clientBody, q request, t *limits.Ticket, ok bool) {
-	r, pol, tenant := x.r, x.who.pol, x.who.tenant()
+	r, pol, tenant := x.r, x.who.pol, x.who.tenant
 	n := int(r.ContentLength)
 	buf, lease := newBodyBuf(n)
 	in.lease = lease

@@ -60,7 +60,7 @@ type memoryLoop struct {
 // give them, startLoop answers the client and returns false.
 func (x *exchange) startLoop(firstID bool) bool {
 	x.loop = memoryLoop{parts: x.req.parts, firstID: firstID}
-	if !x.runsMemory() {
+	if !x.who.memory {
 		return true
 	}
 	body, err := x.applyContinuation(x.r.Context(), joinParts(x.req.parts))
@@ -84,7 +84,7 @@ type roundEnd struct {
 // retry is the tenant's retry policy, off once a memory command wrote: a
 // loop step is never repeated after a write.
 func (x *exchange) loopRetry() retryPolicy {
-	p := x.tenantRetry()
+	p := x.who.retry
 	if x.loop.wrote {
 		p.retries = 0
 	}
@@ -94,7 +94,7 @@ func (x *exchange) loopRetry() retryPolicy {
 // mayContinue says whether a reply with this stop reason may carry memory
 // calls the proxy runs.
 func (x *exchange) mayContinue(stopReason string) bool {
-	return x.runsMemory() && stopReason == "tool_use"
+	return x.who.memory && stopReason == "tool_use"
 }
 
 func (x *exchange) maxIterations() int {

@@ -35,7 +35,7 @@ func (x *exchange) servePlain() {
 		x.record(resp, tokens.ParseReply(reply), x.plainMeta(reply))
 		var end roundEnd
 		var client [][]byte // the reply's blocks but its memory calls
-		if x.runsMemory() {
+		if x.who.memory {
 			end.stopReason = gjson.GetBytes(reply, "stop_reason").Str
 		}
 		if x.mayContinue(end.stopReason) {
@@ -108,7 +108,7 @@ func (x *exchange) finishPlain(resp *http.Response, reply []byte, round int, sho
 // relayOnce forwards the request and relays the reply as it is (count_tokens,
 // batch creation).
 func (x *exchange) relayOnce() {
-	resp, t0, err := x.roundTrip(x.r.Context(), x.req.parts, x.tenantRetry())
+	resp, t0, err := x.roundTrip(x.r.Context(), x.req.parts, x.who.retry)
 	if err != nil {
 		x.upstreamError(err)
 		return

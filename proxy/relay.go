@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -398,3 +399,31 @@ func (sw *streamWriter) sendIndexed(ev sseEvent, ir gjson.Result, from, to int) 
 // bstr views b as a string without copying; only for reads that do not
 // outlive b.
 func bstr(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// streamWriter is the one event stream the client sees, across every round
+// of the memory loop. Every write is flushed at once.
+type streamWriter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	started bool   // the 200 and headers went out
+	next    int    // the client's next content block index
+	n       int64  // bytes written
+	err     error  // the first failed write: the client is gone
+	scratch []byte // a renumbered event being sent; reused
+}
+
+func newStreamWriter(w http.ResponseWriter) *streamWriter {
+	return &streamWriter{w: w, rc: http.NewResponseController(w)}
+}
+
+func (sw *streamWriter) send(b []byte) {
+	if sw.err != nil {
+		return
+	}
+	n, err := sw.w.Write(b)
+	sw.n += int64(n)
+	if err == nil {
+		err = sw.rc.Flush()
+	}
+	sw.err = err
+}

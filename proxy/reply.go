@@ -49,7 +49,7 @@ func (x *exchange) upstreamError(err error) {
 		x.out.status = 499 // client closed the request
 		return
 	}
-	x.s.log.Warn("upstream failed", zap.String("tenant", x.who.tenant()), zap.Error(err))
+	x.s.log.Warn("upstream failed", zap.String("tenant", x.who.tenant), zap.Error(err))
 	x.fail(status, "", msg)
 }
 

@@ -35,7 +35,7 @@ type exchange struct {
 	ep    endpoint
 	start time.Time
 
-	who    caller         // admit: who asks, and the tenant's policy
+	who    admission      // admit: who asks, and what the tenant's policy makes of it
 	in     clientBody     // body: the client's body as read
 	req    request        // rewrite: the upstream request the policy made
 	ticket *limits.Ticket // limits: admitted against the tenant's limits; nil when it has none
@@ -51,7 +51,7 @@ type exchange struct {
 // end (record); finish accounts the request. A phase that stops the request
 // has answered the client itself.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, ep endpoint) {
-	x := &exchange{s: s, r: r, w: w, ep: ep, start: time.Now()}
+	x := &exchange{s: s, r: r, w: w, ep: ep, start: time.Now(), who: admission{label: "none"}}
 	x.startServerSpan(r.URL.Path)
 	defer x.finish()
 	var ok bool

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -77,7 +78,7 @@ func (x *exchange) streamRound(ctx context.Context, sw *streamWriter) (*round, u
 	ir := newIdleReader(resp.Body, x.s.cfg.StreamIdleTimeout, cancel)
 	up := upstreamBody{ir: ir, cancel: cancel, rest: &io.LimitedReader{R: ir, N: math.MaxInt64}}
 	up.src = newSSEReader(up.rest)
-	rd := &round{memory: x.runsMemory(), first: x.loop.round == 0, requestID: resp.Header.Get("Request-Id")}
+	rd := &round{memory: x.who.memory, first: x.loop.round == 0, requestID: resp.Header.Get("Request-Id")}
 	err = rd.relay(up.src, sw)
 	if err == nil && rd.done {
 		err = up.afterStop()
@@ -114,7 +115,7 @@ func (x *exchange) roundFailure(ctx context.Context, sw *streamWriter, ir *idleR
 	case ir.timedOut():
 		return sseErrorEvent("timeout_error", "upstream stream was idle for "+x.s.cfg.StreamIdleTimeout.String()), true
 	case errors.As(err, new(*malformed)):
-		x.s.log.Warn("upstream stream malformed", zap.String("tenant", x.tenantLabel()), zap.Error(err))
+		x.s.log.Warn("upstream stream malformed", zap.String("tenant", x.who.label), zap.Error(err))
 		return sseErrorEvent("api_error", err.Error()), true
 	case err != nil && !errors.Is(err, io.EOF):
 		return sseErrorEvent("api_error", "upstream stream broke: "+err.Error()), true
@@ -214,22 +215,6 @@ func (x *exchange) endStream(sw *streamWriter, rd *round, round int, stop string
 	}
 }
 
-// streamWriter is the one event stream the client sees, across every round
-// of the memory loop. Every write is flushed at once.
-type streamWriter struct {
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	started bool   // the 200 and headers went out
-	next    int    // the client's next content block index
-	n       int64  // bytes written
-	err     error  // the first failed write: the client is gone
-	scratch []byte // a renumbered event being sent; reused
-}
-
-func newStreamWriter(w http.ResponseWriter) *streamWriter {
-	return &streamWriter{w: w, rc: http.NewResponseController(w)}
-}
-
 // startStream sends the status and the first reply's headers.
 func (x *exchange) startStream(sw *streamWriter, resp *http.Response) {
 	copyReplyHeaders(sw.w.Header(), resp.Header)
@@ -243,14 +228,43 @@ func (x *exchange) startStream(sw *streamWriter, resp *http.Response) {
 // streamed counts what the stream wrote, once it is over.
 func (x *exchange) streamed(sw *streamWriter) { x.out.n += sw.n }
 
-func (sw *streamWriter) send(b []byte) {
-	if sw.err != nil {
-		return
+// idleReader cancels the upstream request when no byte arrives for idle.
+type idleReader struct {
+	r       io.ReadCloser
+	idle    time.Duration
+	timer   *time.Timer
+	expired chan struct{}
+}
+
+func newIdleReader(r io.ReadCloser, idle time.Duration, cancel context.CancelFunc) *idleReader {
+	ir := &idleReader{r: r, idle: idle, expired: make(chan struct{})}
+	var once sync.Once
+	ir.timer = time.AfterFunc(idle, func() {
+		once.Do(func() { close(ir.expired) })
+		cancel()
+	})
+	return ir
+}
+
+func (ir *idleReader) Read(p []byte) (int, error) {
+	n, err := ir.r.Read(p)
+	if n > 0 {
+		ir.timer.Reset(ir.idle)
 	}
-	n, err := sw.w.Write(b)
-	sw.n += int64(n)
-	if err == nil {
-		err = sw.rc.Flush()
+	return n, err
+}
+
+func (ir *idleReader) Close() error {
+	ir.timer.Stop()
+	return ir.r.Close()
+}
+
+// timedOut reports whether the idle timer fired.
+func (ir *idleReader) timedOut() bool {
+	select {
+	case <-ir.expired:
+		return true
+	default:
+		return false
 	}
-	sw.err = err
 }

@@ -48,7 +48,7 @@ func (x *exchange) saveContinuation(ctx context.Context, clientID, lastID string
 	}
 	data = append(data, '}')
 	if err := c.PutContinuation(ctx, sc.Tenant, clientID, data, continuationTTL); err != nil {
-		x.s.log.Error("keep thread continuation", zap.String("tenant", x.who.tenant()), zap.Error(err))
+		x.s.log.Error("keep thread continuation", zap.String("tenant", x.who.tenant), zap.Error(err))
 	}
 }
 
@@ -58,7 +58,7 @@ func (x *exchange) saveContinuation(ctx context.Context, clientID, lastID string
 func (x *exchange) applyContinuation(ctx context.Context, body []byte) ([]byte, error) {
 	// Only memory proxy mode leaves continuations; other tenants never wait
 	// on the memory store.
-	if !x.runsMemory() || !x.req.info.ThreadContinue {
+	if !x.who.memory || !x.req.info.ThreadContinue {
 		return body, nil
 	}
 	c := x.continuations()

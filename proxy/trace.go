@@ -52,7 +52,7 @@ func (x *exchange) startCallSpan(ctx context.Context, path string, body [][]byte
 	req := tracing.ChatRequest{
 		Model:     q.info.Model,
 		Stream:    q.info.Stream,
-		Tenant:    x.tenantLabel(),
+		Tenant:    x.who.label,
 		Edits:     q.info.Edits,
 		Round:     x.loop.round,
 		MaxTokens: q.info.MaxTokens,
@@ -162,7 +162,7 @@ func (x *exchange) endSpans() {
 	} else {
 		x.spans.call.End()
 	}
-	x.spans.server.EndServer(x.out.status, x.tenantLabel())
+	x.spans.server.EndServer(x.out.status, x.who.label)
 }
 
 // tracePassthrough gives every other /v1/ call a server span, and the

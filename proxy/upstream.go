@@ -418,47 +418,6 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// idleReader cancels the upstream request when no byte arrives for idle.
-type idleReader struct {
-	r       io.ReadCloser
-	idle    time.Duration
-	timer   *time.Timer
-	expired chan struct{}
-}
-
-func newIdleReader(r io.ReadCloser, idle time.Duration, cancel context.CancelFunc) *idleReader {
-	ir := &idleReader{r: r, idle: idle, expired: make(chan struct{})}
-	var once sync.Once
-	ir.timer = time.AfterFunc(idle, func() {
-		once.Do(func() { close(ir.expired) })
-		cancel()
-	})
-	return ir
-}
-
-func (ir *idleReader) Read(p []byte) (int, error) {
-	n, err := ir.r.Read(p)
-	if n > 0 {
-		ir.timer.Reset(ir.idle)
-	}
-	return n, err
-}
-
-func (ir *idleReader) Close() error {
-	ir.timer.Stop()
-	return ir.r.Close()
-}
-
-// timedOut reports whether the idle timer fired.
-func (ir *idleReader) timedOut() bool {
-	select {
-	case <-ir.expired:
-		return true
-	default:
-		return false
-	}
-}
-
 // upstreamFailure maps a failed upstream call to the status the client
 // gets; 0 means the client itself cancelled.
 func upstreamFailure(ctx context.Context, err error) (int, string) {
@@ -478,4 +437,12 @@ func redactURLError(err error) string {
 		return ue.Err.Error()
 	}
 	return err.Error()
+}
+
+// joinParts is the body the pieces make, without a copy when there is one.
+func joinParts(parts [][]byte) []byte {
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	return bytes.Join(parts, nil)
 }
