@@ -386,7 +386,7 @@ func (ps *parser) policy(n *yaml.Node, isDefault bool) *Policy {
 		case "context_management":
 			ps.contextManagement(v, &p.ContextManagement)
 		case "memory":
-			ps.memory(v, &p.Memory)
+			ps.memory(v, &p.Memory, isDefault)
 		case "upstream":
 			ps.upstream(v, &p.Upstream)
 		case "limits":
@@ -741,12 +741,21 @@ func (ps *parser) toolNames(n *yaml.Node, where string) []string {
 	return out
 }
 
-func (ps *parser) memory(n *yaml.Node, m *Memory) {
+func (ps *parser) memory(n *yaml.Node, m *Memory, isDefault bool) {
 	if isNull(n) {
 		return
 	}
-	ps.fields(n, "memory", []string{"mode", "max_iterations", "limits", "history"}, func(key string, _, v *yaml.Node) {
+	var scopesLine int
+	ps.fields(n, "memory", []string{"mode", "max_iterations", "limits", "history", "scopes", "gate"}, func(key string, k, v *yaml.Node) {
 		switch key {
+		case "scopes":
+			scopesLine = k.Line
+			m.Scopes = ps.scopes(v, filepath.Dir(ps.file), isDefault)
+		case "gate":
+			if scopesLine == 0 {
+				scopesLine = k.Line
+			}
+			ps.gate(v, &m.Gate)
 		case "history":
 			ps.history(v, &m.History)
 		case "mode":
@@ -792,6 +801,11 @@ func (ps *parser) memory(n *yaml.Node, m *Memory) {
 			}
 		}
 	})
+	if m.Mode == MemoryInject && scopesLine > 0 {
+		// The client runs the calls in inject mode: the proxy could neither
+		// route them to scopes nor gate them.
+		ps.add(scopesLine, "memory.scopes and memory.gate need memory.mode proxy: in inject mode the client runs the memory calls")
+	}
 }
 
 func (ps *parser) tracing(n *yaml.Node, t *Tracing) {

@@ -32,6 +32,10 @@ func TestLoadGolden(t *testing.T) {
 				if content != "" {
 					content += "\n"
 				}
+				// A name with a '/' is a file in a folder (a memory template).
+				if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+					t.Fatal(err)
+				}
 				if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 					t.Fatal(err)
 				}

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/internal/apikey"
 	"github.com/ctxproxy/ctxproxy/internal/modelid"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 )
@@ -107,10 +106,7 @@ func (p *Policy) MemoryStore(keyID string) (name string, ok bool) {
 	if !p.MemoryPerKey() {
 		return p.Tenant, true
 	}
-	if !apikey.IsID(keyID) {
-		return "", false
-	}
-	return p.Tenant + KeyStoreSep + keyID, true
+	return p.ScopeStoreName(&implicitKeyScope[0], keyID, "")
 }
 
 // Policy is one tenant's policy. It is read-only once loaded.
@@ -260,6 +256,10 @@ type Memory struct {
 	MaxIterations int                  // memory loop cap (issue 3)
 	Limits        memoryhook.Limits    // memory.limits; in YAML MaxTenantBytes is max_total_bytes
 	History       memoryhook.Retention // memory.history; keep_days 0 turns history off
+	// Scopes are memory.scopes, longest mount first; nil: one implicit
+	// scope (see Policy.MemoryScopes). Gate is memory.gate.
+	Scopes []MemoryScope
+	Gate   MemoryGate
 }
 
 // Upstream is the upstream block of a policy (issue 7).
@@ -345,6 +345,23 @@ func (p *Policy) Summary() string {
 		fmt.Fprintf(&b, ", threads %s", p.ContextManagement.Threads)
 	}
 	fmt.Fprintf(&b, ", memory %s", p.Memory.Mode)
+	if len(p.Memory.Scopes) > 0 {
+		var sc []string
+		for _, s := range p.Memory.Scopes {
+			e := s.Mount + " " + string(s.Store)
+			if s.ReadOnly {
+				e += " read-only"
+			}
+			if s.Template != "" {
+				e += " seeded"
+			}
+			sc = append(sc, e)
+		}
+		fmt.Fprintf(&b, " (scopes: %s)", strings.Join(sc, ", "))
+	}
+	if g := p.Memory.Gate; g.On() {
+		fmt.Fprintf(&b, " (gate: secrets %v, %d writes/min)", g.RefuseSecrets, g.MaxWritesPerMinute)
+	}
 	if p.Upstream.Retries > 0 {
 		fmt.Fprintf(&b, ", %d retries", p.Upstream.Retries)
 	}

@@ -93,12 +93,13 @@ func (s *Set) Tenant(name string) *Policy {
 }
 
 // StoreOwner returns the policy a memory store named name belongs to: a
-// tenant's own store, or a key's store (tenant~<key id>, see
-// Policy.MemoryStore) of a tenant with memory per key; nil if none does.
+// tenant's own store, or a key's or user's store (tenant~<key id>,
+// tenant~u-<hash>, see Policy.ScopeStoreName) of a tenant with a scope
+// that keeps such stores; nil if none does.
 func (s *Set) StoreOwner(name string) *Policy {
-	tenant, key, perKey := strings.Cut(name, KeyStoreSep)
+	tenant, sub, perKey := strings.Cut(name, KeyStoreSep)
 	p := s.Tenant(tenant)
-	if p == nil || perKey && (!p.MemoryPerKey() || !apikey.IsID(key)) {
+	if p == nil || perKey && !p.ownsSubStore(sub) {
 		return nil
 	}
 	return p
