@@ -146,9 +146,6 @@ type BatchLedger interface {
 	AppendBatch(ctx context.Context, cs []Call) (int, error)
 }
 
-// DefaultLedgerSpec is the --ledger default.
-const DefaultLedgerSpec = "file:./data/ledger.jsonl"
-
 // OpenLedger opens the ledger named by spec: "file:PATH" (JSON lines, created with its
 // directory) or "postgres://…" / "postgresql://…" (table created or migrated).
 func OpenLedger(ctx context.Context, spec string) (Ledger, error) {

@@ -17,8 +17,8 @@ import (
 func runValidate(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	fs := flag.NewFlagSet("ctxproxy validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dir := fs.String("policies", envOr(getenv, "CTXPROXY_POLICIES", "./policies"), "folder of tenant policy files (env CTXPROXY_POLICIES)")
-	prices := fs.String("prices", getenv("CTXPROXY_PRICES"), "prices file over the built-in table (default: prices.yaml in the policies folder, if any) (env CTXPROXY_PRICES)")
+	dir := serveFlag("policies").define(fs, getenv, "")
+	prices := serveFlag("prices").define(fs, getenv, "")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -59,7 +59,7 @@ func runValidate(args []string, stdout, stderr io.Writer, getenv func(string) st
 func runReport(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	fs := flag.NewFlagSet("ctxproxy report", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	ledgerSpec := fs.String("ledger", envOr(getenv, "CTXPROXY_LEDGER", "file:./data/ledger.jsonl"), "usage ledger: file:PATH or a postgres:// URL (env CTXPROXY_LEDGER)")
+	ledgerSpec := serveFlag("ledger").define(fs, getenv, "")
 	tenant := fs.String("tenant", "", "only this tenant")
 	since := fs.String("since", "", "from this time (RFC 3339 or YYYY-MM-DD)")
 	until := fs.String("until", "", "up to this time (RFC 3339 or YYYY-MM-DD)")

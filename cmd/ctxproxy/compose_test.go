@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -89,6 +91,81 @@ func TestDockerImageKeepsStateOnAVolume(t *testing.T) {
 	for _, want := range []string{".git", "data/", "**/node_modules"} {
 		if !lines[want] {
 			t.Errorf(".dockerignore lacks %s", want)
+		}
+	}
+}
+
+// deployedValues are the serve settings a container sets apart from the
+// binary's defaults, each for a reason of the deployment; every other
+// CTXPROXY_* variable that docker-compose.yml or the Dockerfile sets must be
+// the default in serveFlags (the Helm chart is held equal to compose in
+// deploy/helm), so a default changed in one place cannot drift elsewhere.
+var deployedValues = map[string]string{
+	"CTXPROXY_LISTEN":       "all interfaces: the port is published",
+	"CTXPROXY_POLICIES":     "the policies are mounted at /policies",
+	"CTXPROXY_MEMORY_DIR":   "state lives on the /data volume",
+	"CTXPROXY_MEMORY_AUDIT": "state lives on the /data volume",
+	"CTXPROXY_LEDGER":       "state lives on the /data volume, or in PostgreSQL",
+	"CTXPROXY_MEMORY_STORE": "the replicas share PostgreSQL",
+	"CTXPROXY_METRICS_ADDR": "Prometheus scrapes a port of its own",
+}
+
+func TestDeploymentsRestateTheServeDefaults(t *testing.T) {
+	defaults := map[string]string{}
+	for _, f := range serveFlags {
+		defaults[f.env] = f.def
+	}
+	check := func(where string, env map[string]string) {
+		t.Helper()
+		n := 0
+		for k, v := range env {
+			if !strings.HasPrefix(k, "CTXPROXY_") || v == "" || strings.HasPrefix(v, "${") {
+				continue
+			}
+			n++
+			if def, ok := defaults[k]; ok && v != def && deployedValues[k] == "" {
+				t.Errorf("%s sets %s=%s, but the binary's default is %q: change the default in serveFlags, or say in deployedValues why it differs", where, k, v, def)
+			}
+		}
+		if n == 0 {
+			t.Errorf("%s sets no CTXPROXY_* variable: did its format change?", where)
+		}
+	}
+	data, err := os.ReadFile("../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Services map[string]struct {
+			Environment map[string]string `yaml:"environment"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	check("docker-compose.yml", doc.Services["ctxproxy-1"].Environment)
+
+	df, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, m := range regexp.MustCompile(`(CTXPROXY_[A-Z_]+)=(\S+)`).FindAllStringSubmatch(string(df), -1) {
+		env[m[1]] = strings.Trim(m[2], `"\`)
+	}
+	check("Dockerfile", env)
+
+	// --help prints the same table.
+	_, fs, err := parseConfig("ctxproxy", nil, func(string) string { return "" }, serveFlags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var help strings.Builder
+	fs.SetOutput(&help)
+	fs.Usage()
+	for _, f := range serveFlags {
+		if f.def != "" && f.def != "false" && !strings.Contains(help.String(), fmt.Sprintf("(default %q)", f.def)) {
+			t.Errorf("--help does not show --%s's default %q", f.name, f.def)
 		}
 	}
 }

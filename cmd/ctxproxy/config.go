@@ -36,8 +36,10 @@ type config struct {
 	DebugPoisonBuffers  bool
 }
 
-// flagSpec ties a flag to its env twin and default, so both stay in one table
-// (the compose file test reads it too).
+// flagSpec ties a flag to its env twin and default. serveFlags is the one
+// table of the serve defaults: --help prints it, the subcommands that share a
+// flag with serve define it from it, and the tests hold docker-compose.yml,
+// the Dockerfile and (through compose) the Helm chart to it.
 type flagSpec struct {
 	name, env, def, usage string
 }
@@ -65,6 +67,25 @@ var serveFlags = []flagSpec{
 	{"debug-poison-buffers", "CTXPROXY_DEBUG_POISON_BUFFERS", "false", "a debugging aid: overwrite each pooled request-body buffer as it is released, so a value still pointing into one (a ledger line's model, a log field) shows the poison at once; costs a write of every large body"},
 	{"trusted-proxies", "CTXPROXY_TRUSTED_PROXIES", "", "comma-separated addresses or CIDRs of the front proxies whose X-Forwarded-Proto ctxproxy believes (the console's cookie is then Secure for https); unset: none"},
 	{"metrics-addr", "CTXPROXY_METRICS_ADDR", "", "address of the listener serving /metrics to Prometheus, apart from the agents' (it names every tenant, its spend and caps); unset: /metrics is on the --debug-addr listener, or nowhere"},
+}
+
+// serveFlag is the serve flag called name.
+func serveFlag(name string) flagSpec {
+	for _, s := range serveFlags {
+		if s.name == name {
+			return s
+		}
+	}
+	panic("no serve flag " + name)
+}
+
+// define declares s on fs, for a subcommand that shares the flag with serve:
+// the same name, environment twin and default. usage "" is serve's.
+func (s flagSpec) define(fs *flag.FlagSet, getenv func(string) string, usage string) *string {
+	if usage == "" {
+		usage = s.usage
+	}
+	return fs.String(s.name, envOr(getenv, s.env, s.def), fmt.Sprintf("%s (env %s)", usage, s.env))
 }
 
 // boolFlags are the serve flags that are booleans: given bare, shown as

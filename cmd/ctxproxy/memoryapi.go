@@ -17,6 +17,16 @@ import (
 // memory.history retention are pruned.
 const retentionEvery = 10 * time.Minute
 
+// memoryAuditPath is --memory-audit, by default memory-audit.jsonl beside
+// the file store and keys.json (in the data folder, the parent of
+// --memory-dir), not in the working directory.
+func memoryAuditPath(cfg *config) string {
+	if cfg.MemoryAudit != "" {
+		return cfg.MemoryAudit
+	}
+	return filepath.Join(filepath.Dir(cfg.MemoryDir), "memory-audit.jsonl")
+}
+
 // memoryOperatorAPI builds /v1/memory_stores over the memory store and
 // starts pruning its history in the background; stop ends both. The audit
 // log is returned for the console, which records its actions there too.
@@ -25,12 +35,7 @@ func memoryOperatorAPI(ctx context.Context, cfg *config, mem memoryhook.Store, p
 	if !ok {
 		return nil, nil, func() {}, nil
 	}
-	path := cfg.MemoryAudit
-	if path == "" {
-		// Beside the file store and keys.json, not in the working directory.
-		path = filepath.Join(filepath.Dir(cfg.MemoryDir), "memory-audit.jsonl")
-	}
-	audit, err := memapi.OpenAudit(path)
+	audit, err := memapi.OpenAudit(memoryAuditPath(cfg))
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -66,10 +66,10 @@ func runMemory(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	tenant := fs.String("tenant", "", "the tenant, or default~KEYID for one key's store of the default tenant (required)")
 	base := fs.String("url", getenv("CTXPROXY_URL"), "a running ctxproxy, e.g. http://127.0.0.1:8080 (env CTXPROXY_URL)")
 	token := fs.String("token", getenv("CTXPROXY_OPERATOR_TOKEN"), "operator or admin token (env CTXPROXY_OPERATOR_TOKEN)")
-	memStore := fs.String("memory-store", envOr(getenv, "CTXPROXY_MEMORY_STORE", "file"), "without --url: file or a postgres:// URL")
-	memDir := fs.String("memory-dir", envOr(getenv, "CTXPROXY_MEMORY_DIR", "./data/memories"), "without --url: the file store's folder")
-	pols := fs.String("policies", envOr(getenv, "CTXPROXY_POLICIES", "./policies"), "without --url: the policies folder")
-	audit := fs.String("memory-audit", envOr(getenv, "CTXPROXY_MEMORY_AUDIT", "./data/memory-audit.jsonl"), "without --url: the audit log the calls are written to")
+	memStore := serveFlag("memory-store").define(fs, getenv, "without --url: file or a postgres:// URL")
+	memDir := serveFlag("memory-dir").define(fs, getenv, "without --url: the file store's folder")
+	pols := serveFlag("policies").define(fs, getenv, "without --url: the policies folder")
+	audit := serveFlag("memory-audit").define(fs, getenv, "without --url: the audit log the calls are written to (unset: memory-audit.jsonl in the data folder, the parent of --memory-dir)")
 	o := memoryOpts{
 		prefix:  fs.String("prefix", "", "ls: only paths under this /dir/"),
 		version: fs.String("version", "", "cat, restore: the version id"),
@@ -133,7 +133,7 @@ func (c *memoryCLI) local(ctx context.Context, cfg *config, policies string) (fu
 		closeMem()
 		return nil, errors.New("this memory store keeps no history")
 	}
-	audit, err := memapi.OpenAudit(cfg.MemoryAudit)
+	audit, err := memapi.OpenAudit(memoryAuditPath(cfg))
 	if err != nil {
 		closeMem()
 		return nil, err

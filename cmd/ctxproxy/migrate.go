@@ -51,8 +51,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 	}
 	vals := map[string]*string{}
 	for _, t := range migrateTargets {
-		s := serveFlag(t.flag)
-		vals[t.flag] = fs.String(s.name, envOr(getenv, s.env, s.def), fmt.Sprintf("%s (env %s)", s.usage, s.env))
+		vals[t.flag] = serveFlag(t.flag).define(fs, getenv, "")
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -112,14 +111,4 @@ func migrateURL(ctx context.Context, url string, schemas []pgmigrate.Schema) (re
 	defer pool.Close()
 	res, err = pgmigrate.Apply(ctx, pool, schemas...)
 	return res, where, err
-}
-
-// serveFlag is the serve flag called name.
-func serveFlag(name string) flagSpec {
-	for _, s := range serveFlags {
-		if s.name == name {
-			return s
-		}
-	}
-	panic("no serve flag " + name)
 }
