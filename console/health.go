@@ -4,8 +4,6 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
-
-	"github.com/ctxproxy/ctxproxy/internal/apierr"
 )
 
 type healthData struct {
@@ -16,7 +14,8 @@ type healthData struct {
 
 type errorCount struct {
 	Status int
-	Type   string
+	Type   string // error.type as the answer carried it, or what a 499 means
+	Code   string // error.details.error_code; "" when the answer had none
 	Count  float64
 }
 
@@ -31,8 +30,9 @@ func (c *Console) health(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, "health", http.StatusOK, page{Title: "Health", Data: d})
 }
 
-// errorCounts sums ctxproxy_requests_total by error status, for the
-// tenants the session may see.
+// errorCounts sums ctxproxy_errors_total by status, error.type and error code, for the tenants
+// the session may see: each error is named by what its answer said, not guessed from its
+// status (a 429 may be a rate limit or a spend limit, told apart by its code).
 func (c *Console) errorCounts(r *http.Request) []errorCount {
 	if c.cfg.Metrics == nil {
 		return nil
@@ -42,40 +42,51 @@ func (c *Console) errorCounts(r *http.Request) []errorCount {
 		return nil
 	}
 	s, _ := session(r)
-	by := map[int]float64{}
+	by := map[errorCount]float64{}
 	for _, mf := range mfs {
-		if mf.GetName() != "ctxproxy_requests_total" {
+		if mf.GetName() != "ctxproxy_errors_total" {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			var tenant string
-			status := 0
+			var k errorCount
 			for _, lp := range m.GetLabel() {
 				switch lp.GetName() {
 				case "tenant":
 					tenant = lp.GetValue()
 				case "status":
-					status, _ = strconv.Atoi(lp.GetValue())
+					k.Status, _ = strconv.Atoi(lp.GetValue())
+				case "type":
+					k.Type = lp.GetValue()
+				case "code":
+					k.Code = lp.GetValue()
 				}
 			}
-			if status >= 400 && s.who.May(tenant) && m.GetCounter().GetValue() > 0 {
-				by[status] += m.GetCounter().GetValue()
+			if k.Status == 499 {
+				k.Type = "client closed the request"
+			}
+			if k.Code == "none" {
+				k.Code = ""
+			}
+			if s.who.May(tenant) && m.GetCounter().GetValue() > 0 {
+				by[k] += m.GetCounter().GetValue()
 			}
 		}
 	}
-	var out []errorCount
-	for st, n := range by {
-		out = append(out, errorCount{Status: st, Type: errorType(st), Count: n})
+	out := make([]errorCount, 0, len(by))
+	for k, n := range by {
+		k.Count = n
+		out = append(out, k)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Status < out[j].Status })
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Status != b.Status {
+			return a.Status < b.Status
+		}
+		if a.Type != b.Type {
+			return a.Type < b.Type
+		}
+		return a.Code < b.Code
+	})
 	return out
-}
-
-// errorType names what a client got for status: the API's error.type, or
-// 499 for a client that went away first.
-func errorType(status int) string {
-	if status == 499 {
-		return "client closed the request"
-	}
-	return apierr.Type(status)
 }

@@ -136,6 +136,9 @@ func (x *exchange) finish() {
 	d := time.Since(x.start)
 	if m := x.s.cfg.Metrics; m != nil {
 		m.ObserveRequest(x.who.label, x.req.info.Model, x.out.status, x.acct.upDur, max(d-x.acct.upDur, 0))
+		if x.out.status >= 400 {
+			m.ObserveError(x.who.label, x.out.status, x.out.errType, x.out.errCode)
+		}
 	}
 	if ce := x.s.log.Check(zap.InfoLevel, "request"); ce != nil {
 		ce.Write(

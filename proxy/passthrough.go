@@ -20,6 +20,7 @@ func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request) {
 		tenant = c.pol.Tenant
 	}
 	sw := &statusWriter{ResponseWriter: w}
+	pe := &passError{}
 	switch {
 	case refused != nil:
 		writeError(sw, refused.status, refused.typ, refused.msg)
@@ -28,7 +29,7 @@ func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request) {
 	default:
 		// The reverse proxy sends the tenant's own key, and answers as its
 		// policy says (passthroughCaller).
-		r = r.WithContext(context.WithValue(r.Context(), passCallerKey{}, c))
+		r = r.WithContext(context.WithValue(context.WithValue(r.Context(), passCallerKey{}, c), passErrorKey{}, pe))
 		if br := s.batchReadFor(r, tenant); br != nil {
 			// The proxy reads the reply (batchreads.go).
 			r = r.WithContext(context.WithValue(r.Context(), batchReadKey{}, br))
@@ -42,11 +43,17 @@ func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request) {
 		s.pass.ServeHTTP(scrub, r)
 		scrub.done()
 	}
-	if ce := s.log.Check(zap.InfoLevel, "request"); ce != nil {
-		status := sw.status
-		if status == 0 {
-			status = 499 // the client went away before an answer
+	status := sw.status
+	if status == 0 {
+		status = 499 // the client went away before an answer
+	}
+	if m := s.cfg.Metrics; m != nil && status >= 400 {
+		if pe.typ == "" && status != 499 {
+			pe.typ, pe.code = errorLabels(status, nil) // the proxy's own answer
 		}
+		m.ObserveError(tenant, status, pe.typ, pe.code)
+	}
+	if ce := s.log.Check(zap.InfoLevel, "request"); ce != nil {
 		ce.Write(
 			zap.String("tenant", tenant),
 			zap.String("key", c.keyID),
@@ -57,5 +64,19 @@ func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request) {
 			zap.Duration("duration", time.Since(start)),
 			zap.Int64("bytes_out", sw.n),
 		)
+	}
+}
+
+// passError names a relayed error reply of a pass-through request (ModifyResponse reads it) for
+// ctxproxy_errors_total; the reply itself goes on unchanged.
+type passError struct{ typ, code string }
+
+type passErrorKey struct{}
+
+// notePassError names resp's error, when it is one, for the request's passError.
+func notePassError(resp *http.Response) {
+	pe, _ := resp.Request.Context().Value(passErrorKey{}).(*passError)
+	if pe != nil && resp.StatusCode >= 400 {
+		pe.typ, pe.code = peekError(resp)
 	}
 }

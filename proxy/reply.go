@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ctxproxy/ctxproxy/internal/apierr"
 	"github.com/ctxproxy/ctxproxy/policy"
 )
 
@@ -15,11 +16,18 @@ import (
 type clientReply struct {
 	status int
 	n      int64 // bytes written
+	// errType and errCode name an error answer (status 400 and up) by its error.type and
+	// error.details.error_code, as bounded labels (errorLabels); "" otherwise.
+	errType, errCode string
 }
 
 // fail answers with the API's error shape before anything else was sent.
 func (x *exchange) fail(status int, typ, msg string) {
 	x.out.status = status
+	x.out.errType, x.out.errCode = errorLabels(status, nil)
+	if typ != "" {
+		x.out.errType = apierr.TypeLabel(typ)
+	}
 	x.ticket.Header(x.w.Header()) // the answer is the proxy's own: no upstream headers to hide
 	x.out.n += int64(writeError(x.w, status, typ, msg))
 }
@@ -38,6 +46,7 @@ func (x *exchange) refuse(re *policy.RequestError) {
 	x.w.WriteHeader(re.Status)
 	n, _ := x.w.Write(body)
 	x.out.status = re.Status
+	x.out.errType, x.out.errCode = errorLabels(re.Status, body)
 	x.out.n += int64(n)
 }
 
@@ -60,6 +69,9 @@ func (x *exchange) writeReply(resp *http.Response, body []byte) {
 	x.capHeaders(h)
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	x.out.status = resp.StatusCode
+	if resp.StatusCode >= 400 {
+		x.out.errType, x.out.errCode = errorLabels(resp.StatusCode, body)
+	}
 	x.w.WriteHeader(resp.StatusCode)
 	n, _ := x.w.Write(body)
 	x.out.n += int64(n)

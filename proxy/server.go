@@ -175,6 +175,7 @@ func (s *Server) passthrough(rt http.RoundTripper) http.Handler {
 			scrubReply(resp, c.upstreamKey)
 			limits.HideUpstreamRatelimit(c.pol, resp.Header)
 			s.observeBatch(resp)
+			notePassError(resp)
 			return nil
 		},
 		Transport:     rt,

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -137,12 +138,29 @@ func (x *exchange) streamRefused(sw *streamWriter, resp *http.Response, t0 time.
 		x.writeReply(resp, b)
 		return
 	}
-	typ := gjson.GetBytes(b, "error.type").Str
-	msg := gjson.GetBytes(b, "error.message").Str
-	if typ == "" {
-		typ, msg = ErrorType(resp.StatusCode), fmt.Sprintf("upstream answered %d", resp.StatusCode)
+	if ev := relayedErrorEvent(b); ev != nil {
+		sw.send(ev) // the upstream's error object as it came, details and code included
+		return
 	}
-	sw.send(sseErrorEvent(typ, msg))
+	sw.send(sseErrorEvent(ErrorType(resp.StatusCode), fmt.Sprintf("upstream answered %d", resp.StatusCode)))
+}
+
+// relayedErrorEvent is the error event carrying the upstream's error object (type, message,
+// details.error_code) once the client's stream has begun and the reply's status can no longer
+// be relayed; nil when the body has no error object with a type.
+func relayedErrorEvent(body []byte) []byte {
+	e := gjson.GetBytes(body, "error")
+	if !e.IsObject() || e.Get("type").Str == "" {
+		return nil
+	}
+	var c bytes.Buffer
+	if json.Compact(&c, []byte(e.Raw)) != nil {
+		return nil
+	}
+	b := make([]byte, 0, 64+c.Len())
+	b = append(b, "event: error\ndata: {\"type\":\"error\",\"error\":"...)
+	b = append(b, c.Bytes()...)
+	return append(b, "}\n\n"...)
 }
 
 // upstreamBody is one round's stream body.

@@ -365,7 +365,7 @@ func (u *upstream) do(ctx context.Context, send func(attempt int) (*http.Respons
 			}
 			continue
 		}
-		if last || !retryableStatus(resp.StatusCode) {
+		if last || !retryable(resp) {
 			return resp, nil
 		}
 		d := p.delay(attempt, resp.Header)

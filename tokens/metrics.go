@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/apierr"
 	"github.com/ctxproxy/ctxproxy/internal/modelid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -41,6 +42,7 @@ type Metrics struct {
 	compactionSaved *prometheus.CounterVec   // tenant, model
 	webSearches     *prometheus.CounterVec   // tenant, model
 	priceUnknown    *prometheus.CounterVec   // tenant
+	errors          *prometheus.CounterVec   // tenant, status, type, code
 	openStreams     *prometheus.GaugeVec     // tenant
 	ledgerErrors    prometheus.Counter
 	ledgerDropped   prometheus.Counter
@@ -180,6 +182,9 @@ func NewMetrics(tenants, models []string) *Metrics {
 	m.webSearches = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ctxproxy_web_search_requests_total", Help: "Web searches the API ran (usage.server_tool_use.web_search_requests), by tenant and model.",
 	}, []string{"tenant", "model"})
+	m.errors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_errors_total", Help: "Error answers clients got (status 400 and up, 499 for a client gone first), by tenant, status, error.type and error.details.error_code (none when the answer had none; other for a value the API does not document).",
+	}, []string{"tenant", "status", "type", "code"})
 	m.priceUnknown = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ctxproxy_price_unknown_total", Help: "Upstream calls whose model has no price in prices.yaml.",
 	}, []string{"tenant"})
@@ -193,7 +198,7 @@ func NewMetrics(tenants, models []string) *Metrics {
 		Name: "ctxproxy_ledger_dropped_total", Help: "Ledger records dropped because the write queue was full.",
 	})
 	for _, c := range []prometheus.Collector{m.requests, m.upstreamCalls, m.upstream, m.overhead, m.tokensTotal,
-		m.clearedInput, m.clearedToolUses, m.clearedThinking, m.memory, m.cost, m.savings, m.savingsGross, m.cachePenalty, m.cacheMissed, m.priceUnknown,
+		m.clearedInput, m.clearedToolUses, m.clearedThinking, m.memory, m.cost, m.savings, m.savingsGross, m.cachePenalty, m.cacheMissed, m.priceUnknown, m.errors,
 		m.compactions, m.compactionCost, m.compactionSaved, m.webSearches,
 		m.openStreams, m.ledgerErrors, m.ledgerDropped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
@@ -360,6 +365,15 @@ func (m *Metrics) ObserveRequest(tenant, model string, status int, upstream, ove
 	m.statusCounter(m.reqCh, m.requests, tenant, model, status).Inc()
 	m.pair(tenant, model).upstream.Observe(upstream.Seconds())
 	m.tenant(tenant).overhead.Observe(overhead.Seconds())
+}
+
+// ObserveError counts one error answer a client got: its status, error.type and
+// error.details.error_code, bounded as apierr.TypeLabel and CodeLabel bound them.
+func (m *Metrics) ObserveError(tenant string, status int, typ, code string) {
+	if status < 100 || status > 599 {
+		status = 0
+	}
+	m.errors.WithLabelValues(m.TenantLabel(tenant), strconv.Itoa(status), apierr.TypeLabel(typ), apierr.CodeLabel(code)).Inc()
 }
 
 // MemoryCommand counts one memory tool command run by the proxy.
