@@ -25,6 +25,9 @@ type FileLedger struct {
 	buf     []byte
 	closed  bool
 	skipped int // lines Query could not parse, last Query
+
+	rf     *os.File // reads the file for the rollup; nil when it is not a regular file
+	rollup fileRollup
 }
 
 // OpenFileLedger opens (creating it and its directory) the JSON-lines ledger at path.
@@ -40,6 +43,13 @@ func OpenFileLedger(path string) (*FileLedger, error) {
 	}
 	l := &FileLedger{path: path, f: f}
 	l.needNL = endsMidLine(path)
+	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+		if l.rf, err = os.Open(path); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("open ledger %s: %w", path, err)
+		}
+		l.rollup.path = path + ".rollup"
+	}
 	return l, nil
 }
 
@@ -96,6 +106,11 @@ func (l *FileLedger) AppendBatch(ctx context.Context, cs []Call) (int, error) {
 		return bytes.Count(l.buf[start:max(n, start)], []byte{'\n'}), fmt.Errorf("ledger append %s: %w", l.path, err)
 	}
 	l.needNL = false
+	if l.rf != nil {
+		if end, err := l.f.Seek(0, io.SeekCurrent); err == nil {
+			l.rollup.appended(l.rf, end-int64(len(l.buf)-start), end, cs)
+		}
+	}
 	return len(cs), nil
 }
 
@@ -165,6 +180,14 @@ func (l *FileLedger) Close() error {
 		return nil
 	}
 	l.closed = true
+	if l.rf != nil {
+		l.rollup.mu.Lock()
+		if l.rollup.loaded && l.rollup.unsaved > 0 {
+			l.rollup.save(l.rf) //nolint:errcheck // a cache: the next report reads what it lacks from the file
+		}
+		l.rollup.mu.Unlock()
+		l.rf.Close()
+	}
 	serr := l.f.Sync()
 	if err := l.f.Close(); err != nil {
 		return fmt.Errorf("close ledger %s: %w", l.path, err)

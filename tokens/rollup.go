@@ -83,7 +83,8 @@ type rollupLedger interface {
 // rollupView reads one view of a store for a report; close ends it.
 type rollupView interface {
 	// addRollup adds to b the sums of tenant's lines ("" for all) in the whole buckets in
-	// [from, to) (zero: open), grouped as b is.
+	// [from, to) (zero: open), grouped as b is. A report calls it at most once, before
+	// addLines.
 	addRollup(ctx context.Context, b *reportBuilder, tenant string, from, to time.Time) error
 	// addLines adds to b the lines f selects, one by one.
 	addLines(ctx context.Context, b *reportBuilder, f Filter) error

@@ -1,0 +1,346 @@
+package tokens
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/gob"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+)
+
+// fileRollupWidth is the file ledger's rollup bucket: a UTC day, not an hour, so that a month
+// of a busy file ledger's rollup (100 tenants, 1,000 users) stays in tens of MiB.
+const fileRollupWidth = 24 * time.Hour
+
+// fileRollupVersion is the format of the rollup file; a file of another is rebuilt.
+const fileRollupVersion = 1
+
+// fileRollupSaveEvery is how many lines the ledger appends between two saves of its rollup.
+const fileRollupSaveEvery = 200_000
+
+// fileRollup is the file ledger's rollup: the lines of the bytes [0, offset) of the ledger
+// summed per UTC day, tenant and model, key id and user. It lives in memory and beside the
+// ledger (PATH.rollup), where it is only a cache of the JSON lines, which stay the truth: a
+// rollup file that is missing, unreadable, of other sums or of another ledger (its offset
+// past the end, or the bytes before its offset changed) is rebuilt from the ledger, and one
+// behind the ledger (a process killed after a write, before the save; lines written by
+// another process) is brought up to date from the lines after its offset.
+type fileRollup struct {
+	path string // the rollup file; "" when the ledger is not a regular file: no rollup
+
+	mu      sync.Mutex
+	loaded  bool // rows and offset are the ledger's [0, offset)
+	tried   bool // a load from the rollup file was tried
+	offset  int64
+	rows    map[rollupKey]*Totals
+	unsaved int // lines summed since the rollup file was written
+}
+
+// rollupFile is the rollup file's content (encoding/gob).
+type rollupFile struct {
+	Version int
+	Sums    []string // the columns of rollupSums, in order
+	Offset  int64
+	Mark    [sha256.Size]byte // of the ledger's bytes before Offset (markLen of them)
+	Rows    []rollupFileRow
+}
+
+type rollupFileRow struct {
+	Day                int64 // Unix seconds of the bucket's start
+	Tenant, Dim, Value string
+	Sums               []int64
+}
+
+// markLen is how many of the ledger's bytes before the offset the rollup file's mark covers.
+const markLen = 4096
+
+func sumNames() []string {
+	out := make([]string, len(rollupSums))
+	for i, f := range rollupSums {
+		out[i] = f.col
+	}
+	return out
+}
+
+// mark is the sha256 of the ledger's bytes [offset-markLen, offset).
+func mark(r io.ReaderAt, offset int64) ([sha256.Size]byte, error) {
+	from := max(0, offset-markLen)
+	b := make([]byte, offset-from)
+	if _, err := r.ReadAt(b, from); err != nil {
+		return [sha256.Size]byte{}, err
+	}
+	return sha256.Sum256(b), nil
+}
+
+// load reads the rollup file when it is of this ledger as it is now (r, of size size), else
+// leaves the rollup unloaded. Called with mu held.
+func (fr *fileRollup) load(r io.ReaderAt, size int64) {
+	fr.tried = true
+	f, err := os.Open(fr.path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	var rf rollupFile
+	if err := gob.NewDecoder(bufio.NewReader(f)).Decode(&rf); err != nil {
+		return
+	}
+	if rf.Version != fileRollupVersion || !slices.Equal(rf.Sums, sumNames()) || rf.Offset > size {
+		return
+	}
+	if m, err := mark(r, rf.Offset); err != nil || m != rf.Mark {
+		return
+	}
+	fr.rows = make(map[rollupKey]*Totals, len(rf.Rows))
+	for _, row := range rf.Rows {
+		t := new(Totals)
+		for i, f := range rollupSums {
+			*f.of(t) = row.Sums[i]
+		}
+		fr.rows[rollupKey{bucket: time.Unix(row.Day, 0).UTC(), tenant: row.Tenant, dim: row.Dim, value: row.Value}] = t
+	}
+	fr.offset, fr.loaded = rf.Offset, true
+}
+
+// save writes the rollup file (a new file renamed over the old). Called with mu held.
+func (fr *fileRollup) save(r io.ReaderAt) error {
+	rf := rollupFile{Version: fileRollupVersion, Sums: sumNames(), Offset: fr.offset, Rows: make([]rollupFileRow, 0, len(fr.rows))}
+	var err error
+	if rf.Mark, err = mark(r, fr.offset); err != nil {
+		return fmt.Errorf("save ledger rollup %s: %w", fr.path, err)
+	}
+	for k, t := range fr.rows {
+		sums := make([]int64, len(rollupSums))
+		for i, f := range rollupSums {
+			sums[i] = *f.of(t)
+		}
+		rf.Rows = append(rf.Rows, rollupFileRow{Day: k.bucket.Unix(), Tenant: k.tenant, Dim: k.dim, Value: k.value, Sums: sums})
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(fr.path), ".rollup-*")
+	if err != nil {
+		return fmt.Errorf("save ledger rollup %s: %w", fr.path, err)
+	}
+	defer os.Remove(tmp.Name()) //nolint:errcheck // gone after the rename
+	w := bufio.NewWriterSize(tmp, 256<<10)
+	if err := gob.NewEncoder(w).Encode(&rf); err != nil {
+		tmp.Close()
+		return fmt.Errorf("save ledger rollup %s: %w", fr.path, err)
+	}
+	if err := errors.Join(w.Flush(), tmp.Close()); err != nil {
+		return fmt.Errorf("save ledger rollup %s: %w", fr.path, err)
+	}
+	if err := os.Rename(tmp.Name(), fr.path); err != nil {
+		return fmt.Errorf("save ledger rollup %s: %w", fr.path, err)
+	}
+	fr.unsaved = 0
+	return nil
+}
+
+// appended adds the lines cs, which the ledger wrote as the bytes [start, end), when they
+// follow what the rollup holds; otherwise the rollup stays behind and the next report reads
+// them from the file. r reads the ledger. The rollup is loaded from its file the first time,
+// never rebuilt here: that is a report's work, not the writer's.
+func (fr *fileRollup) appended(r io.ReaderAt, start, end int64, cs []Call) {
+	if fr.path == "" {
+		return
+	}
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	if !fr.tried {
+		if start == 0 { // a new ledger: nothing to rebuild
+			fr.tried, fr.loaded, fr.rows = true, true, map[rollupKey]*Totals{}
+		} else {
+			fr.load(r, start)
+		}
+	}
+	if !fr.loaded || fr.offset != start {
+		return
+	}
+	for i := range cs {
+		rollupAdd(fr.rows, &cs[i], fileRollupWidth)
+	}
+	fr.offset = end
+	if fr.unsaved += len(cs); fr.unsaved >= fileRollupSaveEvery {
+		fr.save(r) //nolint:errcheck // a cache: the next report reads what it lacks from the file
+	}
+}
+
+// catchUp brings the rollup up to the ledger's complete lines in [0, size): it loads the
+// rollup file, or rebuilds from the start, then sums the lines after its offset. Called with
+// mu held; it returns the offset it reached.
+func (fr *fileRollup) catchUp(ctx context.Context, r io.ReaderAt, size int64) (int64, error) {
+	if fr.path == "" {
+		fr.rows, fr.loaded = map[rollupKey]*Totals{}, true
+		return 0, nil
+	}
+	if !fr.tried {
+		fr.load(r, size)
+	}
+	if !fr.loaded || fr.offset > size {
+		fr.rows, fr.offset, fr.loaded = map[rollupKey]*Totals{}, 0, true
+	}
+	if fr.offset == size {
+		return size, nil
+	}
+	n := 0
+	end, err := scanLines(ctx, r, fr.offset, size, func(line []byte) {
+		if c, err := UnmarshalCall(line); err == nil {
+			rollupAdd(fr.rows, &c, fileRollupWidth)
+			n++
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	fr.offset = end
+	if fr.unsaved += n; fr.unsaved > 0 {
+		fr.save(r) //nolint:errcheck // a cache: read again from the file next time
+	}
+	return end, nil
+}
+
+// scanLines calls fn with each complete line of r in [from, to) (a line without its '\n'
+// is being written, or was cut short: left out) and returns the offset after the last one.
+func scanLines(ctx context.Context, r io.ReaderAt, from, to int64, fn func(line []byte)) (int64, error) {
+	br := bufio.NewReaderSize(io.NewSectionReader(r, from, to-from), 256<<10)
+	end := from
+	for n := 0; ; n++ {
+		if n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+		}
+		line, err := br.ReadSlice('\n')
+		if err == bufio.ErrBufferFull { // a line longer than the buffer
+			long := append([]byte(nil), line...)
+			for err == bufio.ErrBufferFull {
+				line, err = br.ReadSlice('\n')
+				long = append(long, line...)
+			}
+			line = long
+		}
+		if err == io.EOF {
+			return end, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		end += int64(len(line))
+		if line = bytes.TrimSpace(line); len(line) > 0 {
+			fn(line)
+		}
+	}
+}
+
+// fileRollupView is the ledger's complete lines up to offset and the rollup of them. It
+// holds the rollup's lock from its catch-up until the rollup is read (addRollup comes before
+// addLines), so no append moves the rollup past the lines the view reads.
+type fileRollupView struct {
+	fr     *fileRollup
+	r      *os.File
+	offset int64
+	locked bool
+}
+
+// rollupView brings the rollup up to the ledger's end and reads from there.
+func (l *FileLedger) rollupView(ctx context.Context) (rollupView, time.Duration, error) {
+	r, err := os.Open(l.path)
+	if err != nil {
+		return nil, 0, fmt.Errorf("query ledger %s: %w", l.path, err)
+	}
+	l.mu.Lock() // between two batches: a report sees the whole of each it sees
+	st, err := r.Stat()
+	l.mu.Unlock()
+	if err != nil {
+		r.Close()
+		return nil, 0, fmt.Errorf("query ledger %s: %w", l.path, err)
+	}
+	size := st.Size()
+	if !st.Mode().IsRegular() {
+		size = 0 // e.g. /dev/full: nothing to read back
+	}
+	l.rollup.mu.Lock()
+	offset, err := l.rollup.catchUp(ctx, r, size)
+	if err != nil {
+		l.rollup.mu.Unlock()
+		r.Close()
+		return nil, 0, fmt.Errorf("query ledger %s: %w", l.path, err)
+	}
+	return &fileRollupView{fr: &l.rollup, r: r, offset: offset, locked: true}, fileRollupWidth, nil
+}
+
+func (v *fileRollupView) unlock() {
+	if v.locked {
+		v.locked = false
+		v.fr.mu.Unlock()
+	}
+}
+
+func (v *fileRollupView) close(context.Context) error {
+	v.unlock()
+	return v.r.Close()
+}
+
+func (v *fileRollupView) addRollup(_ context.Context, b *reportBuilder, tenant string, from, to time.Time) error {
+	if !v.locked {
+		return errors.New("ledger rollup read after the lines")
+	}
+	defer v.unlock()
+	dim := b.groupBy
+	if dim == GroupByDay {
+		dim = GroupByModel
+	}
+	for k, t := range v.fr.rows {
+		if k.dim != dim || (tenant != "" && k.tenant != tenant) ||
+			(!from.IsZero() && k.bucket.Before(from)) || (!to.IsZero() && !k.bucket.Before(to)) {
+			continue
+		}
+		group := groupName(k.value)
+		if b.groupBy == GroupByDay {
+			group = k.bucket.Format(time.DateOnly)
+		}
+		b.add(k.tenant, group, t)
+	}
+	return nil
+}
+
+func (v *fileRollupView) addLines(ctx context.Context, b *reportBuilder, f Filter) error {
+	v.unlock()
+	_, err := scanLines(ctx, v.r, 0, v.offset, func(line []byte) {
+		if t, ok := lineTime(line); ok && !inPeriod(t, f) {
+			return // most lines of a month are outside a period's ends: not parsed
+		}
+		if c, err := UnmarshalCall(line); err == nil && f.Match(&c) {
+			b.addCall(&c)
+		}
+	})
+	return err
+}
+
+// lineTime reads the time of a ledger line as AppendCall writes it ({"v":1,"time":"…").
+func lineTime(line []byte) (time.Time, bool) {
+	const prefix = `{"v":1,"time":"`
+	if !bytes.HasPrefix(line, []byte(prefix)) {
+		return time.Time{}, false
+	}
+	rest := line[len(prefix):]
+	i := bytes.IndexByte(rest, '"')
+	if i < 0 {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, string(rest[:i]))
+	return t, err == nil
+}
+
+// inPeriod is f's time condition.
+func inPeriod(t time.Time, f Filter) bool {
+	return (f.Since.IsZero() || !t.Before(f.Since)) && (f.Until.IsZero() || t.Before(f.Until))
+}
