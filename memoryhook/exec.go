@@ -24,6 +24,9 @@ type Result struct {
 	Err error
 	// Unavailable: the failure was the store's, not the call's.
 	Unavailable bool
+	// Refused is why the scopes or the gate refused the call (read_only,
+	// secret, rate); "" otherwise.
+	Refused string
 }
 
 // Exec parses one memory tool_use input (a raw JSON object), guards its
@@ -117,7 +120,11 @@ func execute(ctx context.Context, st Store, sc Scope, input []byte) Result {
 func fail(cmd string, err error) Result {
 	var me *Error
 	if errors.As(err, &me) {
-		return Result{Command: cmd, Content: "Error: " + me.Msg, IsError: true, Err: err}
+		r := Result{Command: cmd, Content: "Error: " + me.Msg, IsError: true, Err: err}
+		if rf := (*Refusal)(nil); errors.As(err, &rf) {
+			r.Refused = rf.Reason
+		}
+		return r
 	}
 	return Result{Command: cmd, Content: "Error: memory store unavailable: " + publicReason(err),
 		IsError: true, Err: err, Unavailable: true}

@@ -41,6 +41,11 @@ type Scope struct {
 	// is an operator's precondition, nil for the model's calls.
 	Actor  Actor
 	Expect *Expect
+	// Mounts route the model's paths to several stores (scopes.go);
+	// none: Tenant serves all of /memories. Gate checks a model's writes
+	// (gate.go); nil for operators.
+	Mounts []Mount
+	Gate   *Gate
 }
 
 // MaxLines is the most lines a file may have (the SDKs' limit for view;

@@ -27,6 +27,10 @@ const Root = "/memories"
 type Path struct {
 	raw   string   // exactly as the model sent it: every message quotes this
 	elems []string // components below /memories; empty for the root
+	// mount is the components of the scope's mount the path was rebased
+	// on (see Mount.rebase): elems are then relative to the store's root,
+	// String still the model's full path. Empty without scopes.
+	mount []string
 	ok    bool
 }
 
@@ -96,7 +100,7 @@ type Extent struct{ Depth, Bytes int }
 // Grows reports whether moving from to to can make any path longer or
 // deeper; if not, a store need not measure the tree's Extent at all.
 func Grows(from, to Path) bool {
-	return len(to.elems) > len(from.elems) || len(to.String()) > len(from.String())
+	return len(to.mount)+len(to.elems) > len(from.mount)+len(from.elems) || len(to.String()) > len(from.String())
 }
 
 // CheckMove returns the error for renaming from, whose tree reaches ext
@@ -105,7 +109,7 @@ func Grows(from, to Path) bool {
 // change anything, so they refuse alike and a database never sees a key
 // longer than a path may be.
 func CheckMove(from, to Path, ext Extent) error {
-	if n := len(to.elems) + ext.Depth; n > MaxPathDepth {
+	if n := len(to.mount) + len(to.elems) + ext.Depth; n > MaxPathDepth {
 		return errorf("Cannot rename %s to %s: a path inside it would have %d components below /memories; the limit is %d.", from.Raw(), to.Raw(), n, MaxPathDepth)
 	}
 	if n := len(to.String()) + ext.Bytes; n > MaxPathBytes {
@@ -163,10 +167,14 @@ func unhex(c byte) byte {
 // Raw is the path exactly as the model sent it; result strings quote it.
 func (p Path) Raw() string { return p.raw }
 
-// String is the canonical form: "/memories" or "/memories/a/b".
+// String is the canonical form: "/memories" or "/memories/a/b" (the
+// model's full path, mount included, for a path rebased on a scope).
 func (p Path) String() string {
-	if len(p.elems) == 0 {
+	if len(p.elems)+len(p.mount) == 0 {
 		return Root
+	}
+	if len(p.mount) > 0 {
+		return Root + "/" + strings.Join(append(append([]string(nil), p.mount...), p.elems...), "/")
 	}
 	return Root + "/" + strings.Join(p.elems, "/")
 }
@@ -200,7 +208,7 @@ func (p Path) Parent() Path { return p.prefix(max(len(p.elems)-1, 0)) }
 
 // prefix is the ancestor made of the first n components (raw = canonical).
 func (p Path) prefix(n int) Path {
-	q := Path{elems: p.elems[:n:n], ok: p.ok}
+	q := Path{elems: p.elems[:n:n], mount: p.mount, ok: p.ok}
 	q.raw = q.String()
 	return q
 }

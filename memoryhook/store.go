@@ -113,6 +113,9 @@ func (c *commands) View(ctx context.Context, sc Scope, p Path, viewRange []int) 
 	if err != nil {
 		return "", err
 	}
+	if len(sc.Mounts) > 0 {
+		return c.routedView(ctx, sc, p, viewRange)
+	}
 	missing := func(err error) error {
 		if errors.Is(err, ErrNotExist) {
 			return errorf("The path %s does not exist. Please provide a valid path.", p.Raw())
@@ -152,12 +155,18 @@ func (c *commands) Create(ctx context.Context, sc Scope, p Path, text string) (s
 	if err != nil {
 		return "", err
 	}
+	if len(sc.Mounts) > 0 {
+		return c.routedCreate(ctx, sc, p, text)
+	}
 	exists := errorf("File %s already exists", p.Raw())
 	if p.IsRoot() {
 		return "", exists
 	}
 	data := []byte(text)
 	if err := sc.Limits.checkWrite(p, data); err != nil {
+		return "", err
+	}
+	if err := sc.Gate.admit(data); err != nil {
 		return "", err
 	}
 	switch err := c.b.Create(ctx, sc, p, data); {
@@ -179,6 +188,9 @@ func (c *commands) update(ctx context.Context, sc Scope, p Path, edit func([]byt
 		if err == nil {
 			err = sc.Limits.checkWrite(p, out)
 		}
+		if err == nil {
+			err = sc.Gate.spliced(old, out)
+		}
 		return out, err
 	})
 	switch {
@@ -193,6 +205,12 @@ func (c *commands) update(ctx context.Context, sc Scope, p Path, edit func([]byt
 func (c *commands) StrReplace(ctx context.Context, sc Scope, p Path, oldStr, newStr string) (string, error) {
 	sc, err := c.scope(sc, p)
 	if err != nil {
+		return "", err
+	}
+	if len(sc.Mounts) > 0 {
+		return c.routedStrReplace(ctx, sc, p, oldStr, newStr)
+	}
+	if err := sc.Gate.admit([]byte(newStr)); err != nil {
 		return "", err
 	}
 	var msg string
@@ -212,6 +230,12 @@ func (c *commands) Insert(ctx context.Context, sc Scope, p Path, line int, text 
 	if err != nil {
 		return "", err
 	}
+	if len(sc.Mounts) > 0 {
+		return c.routedInsert(ctx, sc, p, line, text)
+	}
+	if err := sc.Gate.admit([]byte(text)); err != nil {
+		return "", err
+	}
 	err = c.update(ctx, sc, p, func(old []byte) ([]byte, error) {
 		return InsertAt(p, old, line, text)
 	})
@@ -226,8 +250,14 @@ func (c *commands) Delete(ctx context.Context, sc Scope, p Path) (string, error)
 	if err != nil {
 		return "", err
 	}
+	if len(sc.Mounts) > 0 {
+		return c.routedDelete(ctx, sc, p)
+	}
 	if p.IsRoot() {
 		return "", errorf("Cannot delete the /memories directory itself")
+	}
+	if err := sc.Gate.admit(nil); err != nil {
+		return "", err
 	}
 	switch err := c.b.Delete(ctx, sc, p); {
 	case errors.Is(err, ErrNotExist):
@@ -243,8 +273,14 @@ func (c *commands) Rename(ctx context.Context, sc Scope, from, to Path) (string,
 	if err != nil {
 		return "", err
 	}
+	if len(sc.Mounts) > 0 {
+		return c.routedRename(ctx, sc, from, to)
+	}
 	if from.IsRoot() {
 		return "", errorf("Cannot rename the /memories directory itself")
+	}
+	if err := sc.Gate.admit(nil); err != nil {
+		return "", err
 	}
 	exists := errorf("The destination %s already exists", to.Raw())
 	if to.Within(from) && len(to.elems) > len(from.elems) {
