@@ -1,22 +1,22 @@
 package policy
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
+	"github.com/ctxproxy/ctxproxy/internal/yamldoc"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"gopkg.in/yaml.v3"
 )
@@ -131,39 +131,20 @@ func Parse(path string, data []byte) (*Policy, error) {
 	return p, nil
 }
 
-var yamlLineRe = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
 func parseFile(path, name string, data []byte) (*Policy, LoadErrors) {
 	ps := &parser{file: path}
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			ps.add(0, "%s", "file is empty; a policy needs at least `tenant: NAME`")
-			return nil, ps.errs
-		}
-		msg := err.Error()
-		line := 0
-		if m := yamlLineRe.FindStringSubmatch(msg); m != nil {
-			line, _ = strconv.Atoi(m[1])
-			msg = m[2]
-		} else {
-			msg = strings.TrimPrefix(msg, "yaml: ")
-		}
-		ps.add(line, "invalid YAML: %s", msg)
+	root, err := yamldoc.Read(data)
+	var ye *yamldoc.Error
+	switch {
+	case errors.Is(err, yamldoc.ErrEmpty):
+		ps.add(0, "%s", "file is empty; a policy needs at least `tenant: NAME`")
 		return nil, ps.errs
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		ps.add(extra.Line, "a policy file holds one YAML document; found a second one")
-	}
-	root := &doc
-	if root.Kind == yaml.DocumentNode {
-		if len(root.Content) == 0 {
-			ps.add(0, "%s", "file is empty; a policy needs at least `tenant: NAME`")
-			return nil, ps.errs
-		}
-		root = root.Content[0]
+	case errors.As(err, &ye):
+		ps.add(ye.Line, "%s", ye.Msg)
+		return nil, ps.errs
+	case err != nil:
+		ps.add(0, "%s", err.Error())
+		return nil, ps.errs
 	}
 	// A key pasted into a policy is reported before anything else reads the file, and alone:
 	// the other checks quote values.
@@ -195,12 +176,7 @@ func (ps *parser) add(line int, format string, args ...any) {
 	ps.errs = append(ps.errs, LoadError{File: ps.file, Line: line, Msg: redactKeys(fmt.Sprintf(format, args...))})
 }
 
-func resolve(n *yaml.Node) *yaml.Node {
-	for n != nil && n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
-	return n
-}
+func resolve(n *yaml.Node) *yaml.Node { return yamldoc.Resolve(n) }
 
 func isNull(n *yaml.Node) bool {
 	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
@@ -236,39 +212,10 @@ func (ps *parser) fields(n *yaml.Node, where string, known []string, fn func(key
 		ps.add(n.Line, "%s must be a mapping, got %s", where, describe(n))
 		return false
 	}
-	seen := map[string]int{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], resolve(n.Content[i+1])
-		key := k.Value
-		if k.Kind != yaml.ScalarNode {
-			ps.add(k.Line, "%s: keys must be plain names", where)
-			continue
-		}
-		if key == "<<" {
-			ps.add(k.Line, "%s: merge keys (<<) are not supported", where)
-			continue
-		}
-		if prev, dup := seen[key]; dup {
-			ps.add(k.Line, "%s: duplicate key %q (first at line %d)", where, key, prev)
-			continue
-		}
-		seen[key] = k.Line
-		if !contains(known, key) {
-			ps.add(k.Line, "unknown key %q in %s (known: %s)", key, where, strings.Join(known, ", "))
-			continue
-		}
-		fn(key, k, v)
+	for _, e := range yamldoc.Fields(n, where, known, fn) {
+		ps.add(e.Line, "%s", e.Msg)
 	}
 	return true
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func (ps *parser) str(n *yaml.Node, where string) (string, bool) {
@@ -686,7 +633,7 @@ func (ps *parser) threshold(n *yaml.Node, where string, types []string, min int6
 		switch {
 		case !sok:
 			ok = false
-		case !contains(types, s):
+		case !slices.Contains(types, s):
 			ps.add(typeNode.Line, "%s.type must be %s, got %q", where, orList(types), s)
 			ok = false
 		default:
@@ -734,7 +681,7 @@ func (ps *parser) toolNames(n *yaml.Node, where string) []string {
 			ps.add(item.Line, "%s: %q is not a valid tool name (1-128 of a-z, A-Z, 0-9, _ and -)", w, s)
 			continue
 		}
-		if !contains(out, s) {
+		if !slices.Contains(out, s) {
 			out = append(out, s)
 		}
 	}
@@ -894,7 +841,7 @@ func (p *Policy) render() error {
 		th("keep", cu.Keep)
 		th("clear_at_least", cu.ClearAtLeast)
 		exclude := cu.ExcludeTools
-		if p.MemoryOn() && !contains(exclude, MemoryToolName) {
+		if p.MemoryOn() && !slices.Contains(exclude, MemoryToolName) {
 			exclude = append(append([]string(nil), exclude...), MemoryToolName)
 		}
 		if exclude != nil {

@@ -1,16 +1,15 @@
 package tokens
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/ctxproxy/ctxproxy/internal/modelid"
+	"github.com/ctxproxy/ctxproxy/internal/yamldoc"
 	"gopkg.in/yaml.v3"
 )
 
@@ -119,18 +118,10 @@ func LoadPrices(path string) (*Prices, error) {
 //
 // Unknown keys, duplicate names and missing prices are errors naming the line.
 func ParsePrices(b []byte) (*Prices, error) {
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, errors.New("empty file")
-		}
-		return nil, fmt.Errorf("parse: %w", err)
+	root, err := yamldoc.Read(b)
+	if err != nil {
+		return nil, err
 	}
-	if len(doc.Content) == 0 {
-		return nil, errors.New("empty file")
-	}
-	root := doc.Content[0]
 	if root.Kind != yaml.MappingNode {
 		return nil, lineErr(root, "top level must be a mapping with key models")
 	}

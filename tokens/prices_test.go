@@ -259,8 +259,9 @@ func TestParsePricesErrors(t *testing.T) {
 		{"long_prompt unknown key", "models:\n  - model: a\n" + entry + "    long_prompt:\n      model: b\n", "line 8: unknown key \"model\" (want threshold_tokens, input"},
 		{"long_prompt not a mapping", "models:\n  - model: a\n" + entry + "    long_prompt: 5\n", "line 7: a: long_prompt must be a mapping"},
 		{"models not a list", "models: {}\n", "models must be a list"},
-		{"not yaml", "models: [\n", "parse:"},
-		{"empty", "", "empty file"},
+		{"not yaml", "models: [\n", "line 1: invalid YAML: "},
+		{"two documents", "models: []\n---\nmodels: []\n", "line 2: a policy or prices file holds one YAML document"},
+		{"empty", "", "file is empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
