@@ -61,6 +61,9 @@ type config struct {
 	loads       string
 	keep        bool
 	repeat      int
+
+	reports      string // issue 33: time the reports on this ledger instead of the table
+	reportsMonth string
 }
 
 func main() {
@@ -92,6 +95,9 @@ func main() {
 	flag.StringVar(&c.loads, "loads", "", "comma-separated loads to run (default all: small,large,streams)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work folder (logs, ledgers, policies)")
 	flag.IntVar(&c.repeat, "repeat", 1, "run every load this many times, each run with fresh processes, and report each cell's median (the machine is shared)")
+	flag.StringVar(&c.reports, "reports", "", "time the month's reports (CLI, /admin/report, console Tenants page) on this ledger, "+
+		"filled by go run ./bench/ledgergen (file:PATH or postgres://…), instead of the table")
+	flag.StringVar(&c.reportsMonth, "reports-month", time.Now().UTC().Format("2006-01"), "the month -reports sums (YYYY-MM)")
 	flag.Parse()
 	if c.quick {
 		set := map[string]bool{}
@@ -341,6 +347,9 @@ func run(c config) (string, error) {
 	}
 	if c.long {
 		return r.longRun()
+	}
+	if c.reports != "" {
+		return r.reportsRun()
 	}
 	r.bodies = map[string][]byte{
 		"small":   smallBody(c.smallSize, false),
