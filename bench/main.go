@@ -864,7 +864,7 @@ func (r *runner) rewritten(body []byte) ([]byte, string, error) {
 	}
 	p, _ := set.Lookup(keyEnforce)
 	h := http.Header{}
-	out, _, err := p.Rewrite(body, h, false)
+	out, _, err := p.Rewrite(body, h)
 	if err != nil {
 		return nil, "", err
 	}

@@ -113,7 +113,7 @@ func (r *runner) microRewrite() []microResult {
 	for _, load := range []string{"small", "large"} {
 		body := r.bodies[load]
 		out = append(out, measure("policy.Rewrite (enforce + inject), builds a new body, "+load, len(body), d, func() error {
-			_, _, err := p.Rewrite(body, h0.Clone(), false)
+			_, _, err := p.Rewrite(body, h0.Clone())
 			return err
 		}))
 	}
@@ -121,7 +121,7 @@ func (r *runner) microRewrite() []microResult {
 	// the body, which go upstream as they are (one writev).
 	body := r.bodies["large"]
 	m := measure("policy.RewriteParts (enforce + inject), the proxy's large-body path, large", len(body), d, func() error {
-		_, _, err := p.RewriteParts(body, h0.Clone(), false)
+		_, _, err := p.RewriteParts(body, h0.Clone())
 		return err
 	})
 	m.target = true

@@ -61,7 +61,7 @@ func benchRewrite(b *testing.B, body []byte) {
 	for b.Loop() {
 		delete(h, "Anthropic-Beta")
 		h["Anthropic-Beta"] = []string{"interleaved-thinking-2025-05-14"}
-		out, _, err := benchPolicy.Rewrite(body, h, false)
+		out, _, err := benchPolicy.Rewrite(body, h)
 		if err != nil || len(out) <= len(body) {
 			b.Fatal(err)
 		}
@@ -90,7 +90,7 @@ func BenchmarkMergeBeta(b *testing.B) {
 
 func TestBenchBodiesAreValidRequests(t *testing.T) {
 	for name, body := range map[string][]byte{"small": smallBody(), "1MB": transcript(200)} {
-		out, info, err := benchPolicy.Rewrite(body, http.Header{}, false)
+		out, info, err := benchPolicy.Rewrite(body, http.Header{})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -111,7 +111,7 @@ func BenchmarkRewriteParts1MB(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		delete(h, "Anthropic-Beta")
-		parts, _, err := benchPolicy.RewriteParts(body, h, false)
+		parts, _, err := benchPolicy.RewriteParts(body, h)
 		if err != nil || len(parts) < 2 {
 			b.Fatal(err)
 		}

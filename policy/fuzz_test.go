@@ -54,17 +54,17 @@ func FuzzRewrite(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, which uint8) {
 		p := fuzzPolicies[int(which)%len(fuzzPolicies)]
 		in := append([]byte(nil), body...)
-		out, info, err := p.Rewrite(body, http.Header{}, which&0x80 != 0)
+		out, info, err := p.Rewrite(body, http.Header{})
 		if string(body) != string(in) {
 			t.Fatal("Rewrite modified its input")
 		}
-		if parts, _, perr := p.RewriteParts(body, http.Header{}, which&0x80 != 0); (perr == nil) != (err == nil) || (err == nil && !bytes.Equal(bytes.Join(parts, nil), out)) {
+		if parts, _, perr := p.RewriteParts(body, http.Header{}); (perr == nil) != (err == nil) || (err == nil && !bytes.Equal(bytes.Join(parts, nil), out)) {
 			t.Fatalf("RewriteParts and Rewrite differ: %q vs %q (%v, %v)", bytes.Join(parts, nil), out, perr, err)
 		}
 		// RewriteInPlace gives the same result in a buffer with room to spare.
 		room := make([]byte, len(body), len(body)+int(which&0x3f)*8)
 		copy(room, body)
-		if inPlace, _, ierr := p.RewriteInPlace(room, http.Header{}, which&0x80 != 0); (ierr == nil) != (err == nil) || (err == nil && !bytes.Equal(inPlace, out)) {
+		if inPlace, _, ierr := p.RewriteInPlace(room, http.Header{}); (ierr == nil) != (err == nil) || (err == nil && !bytes.Equal(inPlace, out)) {
 			t.Fatalf("RewriteInPlace and Rewrite differ: %q vs %q (%v, %v)", inPlace, out, ierr, err)
 		}
 		if err != nil {
@@ -89,7 +89,7 @@ func FuzzRewrite(f *testing.F) {
 		if p.ContextManagement.Mode == CMDefault && info.EditsWritten && len(info.Edits) == 0 {
 			return
 		}
-		again, _, err := p.Rewrite(out, http.Header{}, false)
+		again, _, err := p.Rewrite(out, http.Header{})
 		if err != nil {
 			t.Fatalf("rewritten body %q refused: %v", out, err)
 		}

@@ -249,7 +249,7 @@ type span struct{ start, end int }
 // Lead skimmed is not skimmed again. parts is the whole rewritten body. rest is what follows the
 // pieces the Lead handed out, when they are what the rewrite makes; nil when they are not (the
 // caller must then send parts instead, from the start).
-func (p *Policy) RewriteLead(body []byte, h http.Header, countTokens bool, l *Lead) (parts, rest [][]byte, info RewriteInfo, err error) {
+func (p *Policy) RewriteLead(body []byte, h http.Header, l *Lead) (parts, rest [][]byte, info RewriteInfo, err error) {
 	ops, info, err := p.rewrite(body, h, false, l.finish(body))
 	if err != nil {
 		return nil, nil, info, err

@@ -138,20 +138,20 @@ func TestRewriteLeadMatchesRewriteParts(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	pols := append(fuzzPolicies, nil)
 	for _, body := range leadBodies(t) {
-		for pi, p := range pols {
+		for _, p := range pols {
 			sizes := []int{1 + rng.IntN(200), 1 + rng.IntN(5000)}
-			checkLead(t, p, body, sizes, pi%2 == 1)
+			checkLead(t, p, body, sizes)
 		}
 	}
 }
 
-func checkLead(t *testing.T, p *Policy, body []byte, sizes []int, countTokens bool) {
+func checkLead(t *testing.T, p *Policy, body []byte, sizes []int) {
 	t.Helper()
 	h1, h2 := http.Header{"Anthropic-Beta": {"x"}}, http.Header{"Anthropic-Beta": {"x"}}
 	l := p.NewLead(h2)
 	sent := leadAll(t, l, body, sizes)
-	want, winfo, werr := p.RewriteParts(body, h1, countTokens)
-	got, rest, ginfo, gerr := p.RewriteLead(body, h2, countTokens, l)
+	want, winfo, werr := p.RewriteParts(body, h1)
+	got, rest, ginfo, gerr := p.RewriteLead(body, h2, l)
 	if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
 		t.Fatalf("body %q: RewriteLead error %v, RewriteParts %v", body, gerr, werr)
 	}
@@ -183,6 +183,6 @@ func FuzzLead(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte, which uint8, piece uint16) {
 		p := fuzzPolicies[int(which)%len(fuzzPolicies)]
-		checkLead(t, p, body, []int{int(piece%4096) + 1, int(piece>>12) + 1}, which&0x80 != 0)
+		checkLead(t, p, body, []int{int(piece%4096) + 1, int(piece>>12) + 1})
 	})
 }

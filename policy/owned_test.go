@@ -31,23 +31,23 @@ func TestRewriteInfoOwnsItsStrings(t *testing.T) {
 	}
 	entries := map[string]func(p *Policy, b []byte) (RewriteInfo, error){
 		"Rewrite": func(p *Policy, b []byte) (RewriteInfo, error) {
-			_, info, err := p.Rewrite(b, http.Header{}, false)
+			_, info, err := p.Rewrite(b, http.Header{})
 			return info, err
 		},
 		"RewriteParts": func(p *Policy, b []byte) (RewriteInfo, error) {
-			_, info, err := p.RewriteParts(b, http.Header{}, false)
+			_, info, err := p.RewriteParts(b, http.Header{})
 			return info, err
 		},
 		// With room the memory tool goes into the tools array in place,
 		// moving every byte after it, the model's among them.
 		"RewriteInPlace": func(p *Policy, b []byte) (RewriteInfo, error) {
-			_, info, err := p.RewriteInPlace(b, http.Header{}, false)
+			_, info, err := p.RewriteInPlace(b, http.Header{})
 			return info, err
 		},
 		"RewriteLead": func(p *Policy, b []byte) (RewriteInfo, error) {
 			l := p.NewLead(http.Header{})
 			l.Advance(b)
-			_, _, info, err := p.RewriteLead(b, http.Header{}, false, l)
+			_, _, info, err := p.RewriteLead(b, http.Header{}, l)
 			return info, err
 		},
 	}
@@ -85,7 +85,7 @@ func TestRewriteInPlaceKeepsTheModelItMoved(t *testing.T) {
 	p := mustParse(t, "tenant: t\nmemory: {mode: inject}\n")
 	body := `{"tools":[{"name":"a"}],"model":"claude-opus-4-1","messages":[]}`
 	buf := append(make([]byte, 0, len(body)+256), body...)
-	out, info, err := p.RewriteInPlace(buf, http.Header{}, false)
+	out, info, err := p.RewriteInPlace(buf, http.Header{})
 	if err != nil || &out[0] != &buf[0] {
 		t.Fatalf("not rewritten in place: %v", err)
 	}

@@ -89,7 +89,7 @@ func (o splice) empty() bool { return o.start == o.end && o.pre == "" && o.data 
 
 func (o splice) len() int { return len(o.pre) + len(o.data) + len(o.post) }
 
-// Rewrite applies p to a Messages (countTokens=false) or count_tokens request body and to its
+// Rewrite applies p to a Messages or count_tokens request body (the same rules for both) and to its
 // headers, following issue 2:
 //
 //   - context_management.edits per p's mode (enforce / default / off), clear_thinking first, only
@@ -103,7 +103,7 @@ func (o splice) len() int { return len(o.pre) + len(o.data) + len(o.post) }
 // Every byte the rules do not own is left as it was; the result aliases body when nothing changed,
 // and body is never modified. h is modified in place (only when err is nil). A nil p checks the
 // body and changes nothing. Errors are *RequestError.
-func (p *Policy) Rewrite(body []byte, h http.Header, countTokens bool) ([]byte, RewriteInfo, error) {
+func (p *Policy) Rewrite(body []byte, h http.Header) ([]byte, RewriteInfo, error) {
 	ops, info, err := p.rewrite(body, h, false, span{})
 	if err != nil {
 		return nil, info, err
@@ -118,7 +118,7 @@ func (p *Policy) Rewrite(body []byte, h http.Header, countTokens bool) ([]byte, 
 // changes only add bytes and the result fits in cap(body), it is built in
 // body's own array (no allocation), and body's bytes are no longer the
 // request the client sent. Otherwise it is Rewrite, and body is untouched.
-func (p *Policy) RewriteInPlace(body []byte, h http.Header, countTokens bool) ([]byte, RewriteInfo, error) {
+func (p *Policy) RewriteInPlace(body []byte, h http.Header) ([]byte, RewriteInfo, error) {
 	ops, info, err := p.rewrite(body, h, false, span{})
 	if err != nil {
 		return nil, info, err
@@ -136,7 +136,7 @@ func (p *Policy) RewriteInPlace(body []byte, h http.Header, countTokens bool) ([
 // pieces, in order, that alias body where body is kept (a 1 MB transcript
 // is not copied for the few hundred bytes the rules add). One piece, body
 // itself, when nothing changed.
-func (p *Policy) RewriteParts(body []byte, h http.Header, countTokens bool) ([][]byte, RewriteInfo, error) {
+func (p *Policy) RewriteParts(body []byte, h http.Header) ([][]byte, RewriteInfo, error) {
 	ops, info, err := p.rewrite(body, h, false, span{})
 	if err != nil {
 		return nil, info, err

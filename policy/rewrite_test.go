@@ -21,7 +21,6 @@ var update = flag.Bool("update", false, "rewrite the want sections of golden fil
 // A golden case is a text file of sections, each introduced by a line "-- name --":
 //
 //	policy.yaml   the tenant's policy (or "policy": a name under testdata/policies/, or a path)
-//	options       optional: "count_tokens"
 //	headers       request headers, "Name: value" per line (repeat a name for repeated lines)
 //	body          the request body, exactly (one trailing newline is dropped)
 //	want.headers  the anthropic-beta header after the rewrite
@@ -174,14 +173,13 @@ func TestRewriteGolden(t *testing.T) {
 			body := []byte(g.sections["body"])
 			orig := bytes.Clone(body)
 			h := parseHeaders(g.sections["headers"])
-			countTokens := strings.Contains(g.sections["options"], "count_tokens")
 
-			out, info, err := p.Rewrite(body, h, countTokens)
+			out, info, err := p.Rewrite(body, h)
 			if !bytes.Equal(body, orig) {
 				t.Fatal("Rewrite modified its input body")
 			}
 			// RewriteParts is the same body in pieces.
-			parts, pinfo, perr := p.RewriteParts(body, parseHeaders(g.sections["headers"]), countTokens)
+			parts, pinfo, perr := p.RewriteParts(body, parseHeaders(g.sections["headers"]))
 			if (perr == nil) != (err == nil) || (err == nil && !bytes.Equal(bytes.Join(parts, nil), out)) || !reflect.DeepEqual(pinfo, info) {
 				t.Fatalf("RewriteParts = %q, %+v, %v; Rewrite = %q, %+v, %v", bytes.Join(parts, nil), pinfo, perr, out, info, err)
 			}
@@ -304,7 +302,7 @@ func TestRewriteLeavesOtherMembersByteForByte(t *testing.T) {
 		}
 		t.Run(strings.TrimSuffix(filepath.Base(path), ".txt"), func(t *testing.T) {
 			body := []byte(g.sections["body"])
-			out, _, err := g.policy(t).Rewrite(body, http.Header{}, false)
+			out, _, err := g.policy(t).Rewrite(body, http.Header{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -316,7 +314,7 @@ func TestRewriteLeavesOtherMembersByteForByte(t *testing.T) {
 func TestRewriteKeepsNumberSpellingEscapesAndOrder(t *testing.T) {
 	p := mustParse(t, "tenant: t\ncontext_management: {mode: enforce, clear_tool_uses: {}}\nmemory: {mode: proxy}\n")
 	body := []byte(`{"b":1.0e3,"a":"caf\u00e9","tools":[{"name":"x","input_schema":{"type":"object","default":1E-7}}],"c":[0.10,-0,"\/\ud83d\ude00"]}`)
-	out, _, err := p.Rewrite(body, nil, false)
+	out, _, err := p.Rewrite(body, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,13 +336,13 @@ func mustParse(t testing.TB, yaml string) *Policy {
 func TestRewriteInPlace(t *testing.T) {
 	p := mustParse(t, "tenant: t\nmemory: {mode: inject}\n")
 	body := `{"model":"m","messages":[],"tools":[{"name":"a"}]}`
-	want, _, err := p.Rewrite([]byte(body), http.Header{}, false)
+	want, _, err := p.Rewrite([]byte(body), http.Header{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Run("with room, the result is built in the body's own array", func(t *testing.T) {
 		buf := append(make([]byte, 0, len(body)+256), body...)
-		out, info, err := p.RewriteInPlace(buf, http.Header{}, false)
+		out, info, err := p.RewriteInPlace(buf, http.Header{})
 		if err != nil || string(out) != string(want) || !info.MemoryAdded {
 			t.Fatalf("got %s, %+v, %v; want %s", out, info, err, want)
 		}
@@ -354,7 +352,7 @@ func TestRewriteInPlace(t *testing.T) {
 	})
 	t.Run("without room, a new body and the old one untouched", func(t *testing.T) {
 		buf := []byte(body)
-		out, _, err := p.RewriteInPlace(buf, http.Header{}, false)
+		out, _, err := p.RewriteInPlace(buf, http.Header{})
 		if err != nil || string(out) != string(want) || string(buf) != body {
 			t.Fatalf("got %s (body now %s), %v", out, buf, err)
 		}
@@ -363,14 +361,14 @@ func TestRewriteInPlace(t *testing.T) {
 		q := mustParse(t, "tenant: t\ncontext_management: {mode: enforce}\n")
 		in := `{"model":"m","messages":[],"context_management":{"edits":[{"type":"clear_tool_uses_20250919"}]}}`
 		buf := append(make([]byte, 0, len(in)+256), in...)
-		want, _, _ := q.Rewrite([]byte(in), http.Header{}, false)
-		out, _, err := q.RewriteInPlace(buf, http.Header{}, false)
+		want, _, _ := q.Rewrite([]byte(in), http.Header{})
+		out, _, err := q.RewriteInPlace(buf, http.Header{})
 		if err != nil || string(out) != string(want) || string(buf) != in {
 			t.Fatalf("got %s (body now %s), %v; want %s", out, buf, err, want)
 		}
 	})
 	t.Run("max_tokens and metadata.user_id are read in the scan", func(t *testing.T) {
-		_, info, err := p.Rewrite([]byte(`{"messages":[],"metadata":{"user_id":"u-1"},"max_tokens":4096}`), nil, false)
+		_, info, err := p.Rewrite([]byte(`{"messages":[],"metadata":{"user_id":"u-1"},"max_tokens":4096}`), nil)
 		if err != nil || info.MaxTokens != 4096 || info.MetadataUserID != "u-1" {
 			t.Fatalf("%+v, %v", info, err)
 		}

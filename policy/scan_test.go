@@ -70,7 +70,7 @@ func TestScanDepth(t *testing.T) {
 	if err == nil || !strings.Contains(err.msg, "nesting deeper") {
 		t.Fatalf("100000 levels: got %+v", err)
 	}
-	_, _, rerr := mustParse(t, "tenant: t\n").Rewrite([]byte(deep), nil, false)
+	_, _, rerr := mustParse(t, "tenant: t\n").Rewrite([]byte(deep), nil)
 	if re, ok := rerr.(*RequestError); !ok || re.Status != 400 {
 		t.Fatalf("Rewrite of 100000 levels: %v", rerr)
 	}

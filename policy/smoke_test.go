@@ -56,7 +56,7 @@ func TestSmokeRewrite(t *testing.T) {
 	p := set.Default()
 	body := []byte(`{"model":"m","max_tokens":1.0e3,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"caf\u00e9"}]}`)
 	h := http.Header{}
-	out, info, err := p.Rewrite(body, h, false)
+	out, info, err := p.Rewrite(body, h)
 	if err != nil {
 		t.Fatal(err)
 	}

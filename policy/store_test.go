@@ -224,7 +224,7 @@ func TestConcurrentReadsDuringReloads(t *testing.T) {
 					t.Error("a reader saw a set without acme")
 					return
 				}
-				if _, _, err := p.Rewrite(body, nil, false); err != nil {
+				if _, _, err := p.Rewrite(body, nil); err != nil {
 					t.Error(err)
 					return
 				}

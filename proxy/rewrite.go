@@ -14,13 +14,13 @@ func rewriteFor(pol *policy.Policy, body []byte, h http.Header) ([][]byte, polic
 		// Built whole, in the room newBodyBuf left after the body: a small
 		// body goes upstream as one *bytes.Reader (requestBody), so pieces
 		// would only be joined. The client's bytes are not read again.
-		out, info, err := pol.RewriteInPlace(body, h, false)
+		out, info, err := pol.RewriteInPlace(body, h)
 		if err != nil {
 			return nil, info, err
 		}
 		return [][]byte{out}, info, nil
 	}
-	return pol.RewriteParts(body, h, false)
+	return pol.RewriteParts(body, h)
 }
 
 // request is the upstream request the tenant's policy made of the client's.
