@@ -151,62 +151,97 @@ func (p *Policy) RewriteParts(body []byte, h http.Header) ([][]byte, RewriteInfo
 // skimmed, when not zero, is a value the caller's Lead already skimmed.
 // count_tokens and messages follow the same rules. In a batch (inBatch) the
 // memory tool is added only in inject mode: nobody could run a proxy-mode
-// loop inside a batch.
+// loop inside a batch. Its steps: read the body's top level (readTop), then
+// 1. context_management.edits (planEdits), 2. the memory tool
+// (planMemoryTool), 3. the beta header.
 func (p *Policy) rewrite(body []byte, h http.Header, inBatch bool, skimmed span) ([]splice, RewriteInfo, error) {
 	var info RewriteInfo
 	s := unsafe.String(unsafe.SliceData(body), len(body)) // read-only view: body is never written
+	var t topLevel
+	if err := readTop(&t, &info, body, s, skimmed); err != nil {
+		return nil, info, err
+	}
+	if p == nil {
+		info.Edits = editTypes(t.cm)
+		return nil, info, nil
+	}
 
+	var opsBuf [4]splice
+	pl := plan{ops: opsBuf[:0], rootEmpty: skipSpace(s, t.start+1) == t.end}
+	hasCM, err := p.planEdits(&pl, &info, s, &t)
+	if err != nil {
+		return nil, info, err
+	}
+	if err := p.planMemoryTool(&pl, &info, s, h, &t, inBatch); err != nil {
+		return nil, info, err
+	}
+	ops := pl.placeTop(s, t.end)
+
+	// 3. The beta header.
+	info.NeedsBeta = hasCM || info.MemoryAdded || info.MemoryDeclared
+	if h != nil {
+		info.BetaAdded = info.Betas().Merge(h)
+	}
+	if len(ops) == 0 {
+		return nil, info, nil
+	}
+	return ops, info, nil
+}
+
+// topLevel is what rewrite reads of the body's top-level object: the members it changes or
+// looks into, and where the object opens and closes.
+type topLevel struct {
+	cm, tools, thinking, thread, messages, compaction member
+	start, end                                        int // offsets of the object's '{' and '}'
+}
+
+// readTop checks the body in one pass (scanBody) and reads its top-level object: into t the
+// members the rewrite changes or looks into, into info what the proxy reads (here, in the pass
+// that validates the body, so the proxy needs no pass of its own: a missing key costs gjson a
+// walk of the whole body). Any key given twice is refused, not only the ones rewritten here:
+// the proxy reads the first "model" or "stream", the API may read the last, a way around
+// accounting and the streaming relay.
+func readTop(t *topLevel, info *RewriteInfo, body []byte, s string, skimmed span) *RequestError {
 	var mbuf [16]topMember
-	members := mbuf[:0]
-	members, start, rootEnd, serr := scanBody(body, members, scanSkimBulk, skimmed)
+	members, start, end, serr := scanBody(body, mbuf[:0], scanSkimBulk, skimmed)
 	if serr != nil {
 		if serr.off == 0 && len(trimRightSpace(s)) == 0 {
-			return nil, info, badRequest("request body is empty; expected a JSON object")
+			return badRequest("request body is empty; expected a JSON object")
 		}
-		return nil, info, serr.requestError(body)
+		return serr.requestError(body)
 	}
 	if s[start] != '{' {
-		return nil, info, badRequest("request body must be a JSON object, got %s", jsonKind(s[start]))
+		return badRequest("request body must be a JSON object, got %s", jsonKind(s[start]))
 	}
-
-	var cm, tools, thinking, thread, messages, compaction member
-	var dup string
-	dupFound := false // the duplicate may be the empty key
+	t.start, t.end = start, end
 	var kbuf [16]string
 	keys := kbuf[:0]
-members:
 	for _, tm := range members {
 		k := s[tm.keyStart+1 : tm.keyEnd-1]
 		if tm.keyEsc {
 			k = gjson.Parse(s[tm.keyStart:tm.keyEnd]).Str
 		}
-		// Any key given twice is refused, not only the ones rewritten here: the
-		// proxy reads the first "model" or "stream", the API may read the last,
-		// a way around accounting and the streaming relay.
 		for _, prev := range keys {
-			if prev == k {
-				dup, dupFound = k, true
-				break members
+			if prev == k { // the duplicate may be the empty key
+				return badRequest("request body has the key %q more than once", k)
 			}
 		}
 		keys = append(keys, k)
 		var m *member
 		switch k {
 		case "context_management":
-			m = &cm
+			m = &t.cm
 		case "tools":
-			m = &tools
+			m = &t.tools
 		case "thinking":
-			m = &thinking
+			m = &t.thinking
 		case "thread":
-			m = &thread
+			m = &t.thread
 		case "messages":
-			m = &messages
+			m = &t.messages
 		case "compaction":
-			m = &compaction
+			m = &t.compaction
 		case "model":
-			// Read here, in the pass that validates the body, so the proxy needs no
-			// pass of its own (a missing key costs gjson a walk of the whole body).
 			if v := s[tm.valStart:tm.valEnd]; len(v) > 1 && v[0] == '"' {
 				info.Model = strings.Clone(gjson.Parse(v).Str)
 			}
@@ -231,50 +266,69 @@ members:
 		val.Index = tm.valStart
 		*m = member{found: true, key: gjson.Result{Type: gjson.String, Raw: s[tm.keyStart:tm.keyEnd], Str: k, Index: tm.keyStart}, val: val}
 	}
-	if dupFound {
-		return nil, info, badRequest("request body has the key %q more than once", dup)
+	if t.thinking.found && t.thinking.val.IsObject() {
+		typ := t.thinking.val.Get("type").Str
+		info.Thinking = typ == "enabled" || typ == "adaptive"
 	}
-	if thinking.found && thinking.val.IsObject() {
-		t := thinking.val.Get("type").Str
-		info.Thinking = t == "enabled" || t == "adaptive"
+	if t.thread.found && t.thread.val.IsObject() {
+		typ := t.thread.val.Get("type").Str
+		info.ThreadContinue = typ == "continue"
+		info.Threaded = typ == "create" || typ == "continue"
 	}
-	if thread.found && thread.val.IsObject() {
-		t := thread.val.Get("type").Str
-		info.ThreadContinue = t == "continue"
-		info.Threaded = t == "create" || t == "continue"
-	}
-	info.OnDemand = compaction.found && compaction.val.Type != gjson.Null
-	if p == nil {
-		info.Edits = editTypes(cm)
-		return nil, info, nil
-	}
+	info.OnDemand = t.compaction.found && t.compaction.val.Type != gjson.Null
+	return nil
+}
 
-	var opsBuf [4]splice
-	ops := opsBuf[:0]
-	var topInserts [2]splice // members appended to the top-level object: context_management, tools
-	nTop := 0
-	rootEmpty := skipSpace(s, start+1) == rootEnd
+// plan is the splices a rewrite makes: changes in place, and members to append to the
+// top-level object (context_management, tools), placed at its end by placeTop.
+type plan struct {
+	ops       []splice
+	top       [2]splice
+	nTop      int
+	rootEmpty bool // the top-level object has no member left before the appended ones
+}
 
-	// 1. context_management.edits.
-	hasCM := cm.found && cm.val.Type != gjson.Null
+func (pl *plan) appendTop(o splice) {
+	pl.top[pl.nTop] = o
+	pl.nTop++
+}
+
+// placeTop places the members to append before the top-level object's '}' at end, and
+// returns every splice.
+func (pl *plan) placeTop(s string, end int) []splice {
+	at := insertPos(s, end)
+	for i := range pl.nTop {
+		o := pl.top[i]
+		if i > 0 || !pl.rootEmpty {
+			o.pre = "," + o.pre
+		}
+		o.start, o.end = at, at
+		pl.ops = append(pl.ops, o)
+	}
+	return pl.ops
+}
+
+// planEdits is step 1, context_management.edits, per p's mode; hasCM says whether the body
+// sent upstream has a non-null context_management.
+func (p *Policy) planEdits(pl *plan, info *RewriteInfo, s string, t *topLevel) (hasCM bool, _ error) {
+	hasCM = t.cm.found && t.cm.val.Type != gjson.Null
 	if p.ContextManagement.Mode == CMOff || info.OnDemand {
 		// An on-demand compaction request cannot carry context_management (compaction.md
 		// §1.2): nothing of it is added, the client's is left as sent.
-		info.Edits = editTypes(cm)
+		info.Edits = editTypes(t.cm)
 	} else {
-		compact := p.ContextManagement.Compact.CompactFor(info.Model) && !signedCompactionFirst(messages)
-		r, err := p.rewriteEdits(s, cm, info.Thinking, compact)
+		compact := p.ContextManagement.Compact.CompactFor(info.Model) && !signedCompactionFirst(t.messages)
+		r, err := p.rewriteEdits(s, t.cm, info.Thinking, compact)
 		if err != nil {
-			return nil, info, err
+			return false, err
 		}
 		info.Edits = r.types
 		if !r.op.empty() {
-			ops = append(ops, r.op)
+			pl.ops = append(pl.ops, r.op)
 			info.EditsWritten = true
 		}
 		if !r.topInsert.empty() {
-			topInserts[nTop] = r.topInsert
-			nTop++
+			pl.appendTop(r.topInsert)
 			info.EditsWritten = true
 		}
 		if r.remove {
@@ -282,71 +336,55 @@ members:
 		}
 		hasCM = r.hasCM
 		if info.Threaded && len(r.types) > 0 && info.EditsWritten && p.ContextManagement.Threads == ThreadsUnthreadEdits {
-			return nil, info, threadUnsupported()
+			return false, threadUnsupported()
 		}
 		if r.remove {
-			del, sole := deleteMember(s, cm)
-			ops = append(ops, del)
-			rootEmpty = rootEmpty || sole
+			del, sole := deleteMember(s, t.cm)
+			pl.ops = append(pl.ops, del)
+			pl.rootEmpty = pl.rootEmpty || sole
 		}
 	}
-
-	for _, t := range info.Edits {
-		if t == EditCompact {
+	for _, e := range info.Edits {
+		if e == EditCompact {
 			info.Compact = true
 		}
 	}
+	return hasCM, nil
+}
 
-	// 2. The memory tool.
-	if p.MemoryOn() && !(inBatch && p.Memory.Mode == MemoryProxy) {
-		// A mid-conversation tool_addition that defines the memory tool declares it: adding it
-		// to tools too would clash (tool_name_conflict). A tool_removal of it, or a compaction
-		// block's tool_changes, is left to stand: tools is the starting set, kept the same on
-		// every request so the prompt cache and tool_changes stay valid.
-		inline := toolChangesBeta(h) && memoryAdded(s, messages)
-		info.MemoryDeclared = inline
-		switch {
-		case tools.found && tools.val.Type != gjson.Null:
-			op, declared, err := p.memoryToolOp(s, tools)
-			if err != nil {
-				return nil, info, err
-			}
-			info.MemoryDeclared = info.MemoryDeclared || declared
-			if !info.MemoryDeclared {
-				ops = append(ops, op)
-				info.MemoryAdded = true
-			}
-		case info.ThreadContinue || inline:
-			// The thread's tool set applies; a tools array here would replace it (spec §9).
-		case tools.found: // "tools": null
-			ops = append(ops, splice{start: tools.val.Index, end: tools.end(), data: "[" + memoryToolJSON + "]"})
-			info.MemoryAdded = true
-		default:
-			topInserts[nTop] = splice{data: `"tools":[` + memoryToolJSON + "]"}
-			nTop++
+// planMemoryTool is step 2: the memory tool added to tools when memory is on (in a batch only
+// in inject mode).
+func (p *Policy) planMemoryTool(pl *plan, info *RewriteInfo, s string, h http.Header, t *topLevel, inBatch bool) error {
+	if !p.MemoryOn() || inBatch && p.Memory.Mode == MemoryProxy {
+		return nil
+	}
+	// A mid-conversation tool_addition that defines the memory tool declares it: adding it
+	// to tools too would clash (tool_name_conflict). A tool_removal of it, or a compaction
+	// block's tool_changes, is left to stand: tools is the starting set, kept the same on
+	// every request so the prompt cache and tool_changes stay valid.
+	inline := toolChangesBeta(h) && memoryAdded(s, t.messages)
+	info.MemoryDeclared = inline
+	switch tools := t.tools; {
+	case tools.found && tools.val.Type != gjson.Null:
+		op, declared, err := p.memoryToolOp(s, tools)
+		if err != nil {
+			return err
+		}
+		info.MemoryDeclared = info.MemoryDeclared || declared
+		if !info.MemoryDeclared {
+			pl.ops = append(pl.ops, op)
 			info.MemoryAdded = true
 		}
+	case info.ThreadContinue || inline:
+		// The thread's tool set applies; a tools array here would replace it (spec §9).
+	case tools.found: // "tools": null
+		pl.ops = append(pl.ops, splice{start: tools.val.Index, end: tools.end(), data: "[" + memoryToolJSON + "]"})
+		info.MemoryAdded = true
+	default:
+		pl.appendTop(splice{data: `"tools":[` + memoryToolJSON + "]"})
+		info.MemoryAdded = true
 	}
-
-	at := insertPos(s, rootEnd)
-	for i := range nTop {
-		o := topInserts[i]
-		if i > 0 || !rootEmpty {
-			o.pre = "," + o.pre
-		}
-		o.start, o.end = at, at
-		ops = append(ops, o)
-	}
-
-	// 3. The beta header.
-	info.NeedsBeta = hasCM || info.MemoryAdded || info.MemoryDeclared
-	if h != nil {
-		info.BetaAdded = info.Betas().Merge(h)
-	}
-	if len(ops) == 0 {
-		return nil, info, nil
-	}
-	return ops, info, nil
+	return nil
 }
 
 // memoryToolOp is the change to a tools array that adds the memory tool, or declared when the
@@ -412,13 +450,51 @@ type clientEdit struct {
 	raw string // possibly rewritten (memory added to exclude_tools)
 }
 
+// rewriteEdits decides the context_management.edits the body goes upstream with: in default
+// mode the client's own when it sent some (kept, fixed up: keptClientEdits), else the tenant's
+// (enforcedEdits); then where they go in the body (placeEdits).
 func (p *Policy) rewriteEdits(s string, cm member, thinking, compact bool) (editsResult, error) {
 	var r editsResult
-	var edits member
 	cmPresent := cm.found && cm.val.Type != gjson.Null
+	edits, err := findEdits(cm, cmPresent)
+	if err != nil {
+		return r, err
+	}
+	editsPresent := edits.found && edits.val.Type != gjson.Null
+	client, err := clientEdits(edits, editsPresent)
+	if err != nil {
+		return r, err
+	}
+	var out []clientEdit
+	var newArr string
+	if p.ContextManagement.Mode == CMDefault && len(client) > 0 {
+		var changed bool
+		if out, r.types, changed, err = p.keptClientEdits(client, thinking); err != nil {
+			return r, err
+		}
+		if !changed {
+			r.hasCM = cmPresent
+			return r, nil
+		}
+		newArr = editsArray(out)
+	} else {
+		out, r.types, newArr = p.enforcedEdits(client, thinking, compact)
+		if editsPresent && (newArr == edits.val.Raw || (len(out) == 0 && len(client) == 0)) {
+			// The client already sent exactly these edits (or an empty list and we have none).
+			r.hasCM = cmPresent
+			return r, nil
+		}
+	}
+	placeEdits(&r, s, cm, edits, len(out) == 0, newArr)
+	return r, nil
+}
+
+// findEdits is the edits member of a context_management value; a 400 when context_management
+// is not an object, has "edits" twice, or its edits is not an array.
+func findEdits(cm member, cmPresent bool) (edits member, _ error) {
 	if cmPresent {
 		if !cm.val.IsObject() {
-			return r, badRequest("context_management must be an object, got %s", jsonKind(cm.val.Raw[0]))
+			return edits, badRequest("context_management must be an object, got %s", jsonKind(cm.val.Raw[0]))
 		}
 		var dup bool
 		cm.val.ForEach(func(k, v gjson.Result) bool {
@@ -433,127 +509,126 @@ func (p *Policy) rewriteEdits(s string, cm member, thinking, compact bool) (edit
 			return true
 		})
 		if dup {
-			return r, badRequest(`context_management has the key "edits" more than once`)
+			return edits, badRequest(`context_management has the key "edits" more than once`)
 		}
 	}
-	editsPresent := edits.found && edits.val.Type != gjson.Null
-	if editsPresent && !edits.val.IsArray() {
-		return r, badRequest("context_management.edits must be an array, got %s", jsonKind(edits.val.Raw[0]))
+	if edits.found && edits.val.Type != gjson.Null && !edits.val.IsArray() {
+		return edits, badRequest("context_management.edits must be an array, got %s", jsonKind(edits.val.Raw[0]))
 	}
+	return edits, nil
+}
 
-	// The client's edits, checked and fixed up.
+// clientEdits is the client's edits, each checked to be an object with a string type.
+func clientEdits(edits member, present bool) ([]clientEdit, error) {
+	if !present {
+		return nil, nil
+	}
 	var client []clientEdit
-	var clientChanged bool
-	if editsPresent {
-		var err error
-		i := 0
-		edits.val.ForEach(func(_, e gjson.Result) bool {
-			if !e.IsObject() {
-				err = badRequest("context_management.edits[%d] must be an object, got %s", i, jsonKind(e.Raw[0]))
-				return false
+	var err error
+	i := 0
+	edits.val.ForEach(func(_, e gjson.Result) bool {
+		if !e.IsObject() {
+			err = badRequest("context_management.edits[%d] must be an object, got %s", i, jsonKind(e.Raw[0]))
+			return false
+		}
+		t := e.Get("type")
+		if t.Type != gjson.String {
+			err = badRequest("context_management.edits[%d].type must be a string", i)
+			return false
+		}
+		client = append(client, clientEdit{typ: ownedEditType(t.Str), raw: e.Raw})
+		i++
+		return true
+	})
+	return client, err
+}
+
+// keptClientEdits is the client's edits as default mode keeps them: clear_thinking first
+// (stable), dropped without thinking (the API rejects it there), "memory" in every
+// clear_tool_uses edit's exclude_tools when memory is on. changed says whether that is not what
+// the client sent.
+func (p *Policy) keptClientEdits(client []clientEdit, thinking bool) (out []clientEdit, types []string, changed bool, _ error) {
+	out = make([]clientEdit, 0, len(client))
+	for _, e := range client {
+		if e.typ == EditClearThinking {
+			if thinking {
+				out = append(out, e)
+			} else {
+				changed = true
 			}
-			t := e.Get("type")
-			if t.Type != gjson.String {
-				err = badRequest("context_management.edits[%d].type must be a string", i)
-				return false
-			}
-			client = append(client, clientEdit{typ: ownedEditType(t.Str), raw: e.Raw})
-			i++
-			return true
-		})
-		if err != nil {
-			return r, err
 		}
 	}
-
-	useClient := p.ContextManagement.Mode == CMDefault && len(client) > 0
-	var out []clientEdit
-	var newArr string
-	if useClient {
-		// clear_thinking first (stable), dropped without thinking (the API rejects it there).
-		out = make([]clientEdit, 0, len(client))
-		for _, e := range client {
-			if e.typ == EditClearThinking {
-				if thinking {
-					out = append(out, e)
-				} else {
-					clientChanged = true
-				}
+	for i, e := range client {
+		if e.typ == EditClearThinking {
+			continue
+		}
+		if e.typ == EditClearToolUses && p.MemoryOn() {
+			raw, excluded, err := excludeMemory(e.raw, i)
+			if err != nil {
+				return nil, nil, false, err
+			}
+			if excluded {
+				e.raw = raw
+				changed = true
 			}
 		}
-		for i, e := range client {
-			if e.typ == EditClearThinking {
-				continue
+		out = append(out, e)
+	}
+	if !changed {
+		for i := range out { // a reorder is a change too
+			if out[i].typ != client[i].typ || out[i].raw != client[i].raw {
+				changed = true
+				break
 			}
-			if e.typ == EditClearToolUses && p.MemoryOn() {
-				raw, changed, err := excludeMemory(e.raw, i)
-				if err != nil {
-					return r, err
-				}
-				if changed {
-					e.raw = raw
-					clientChanged = true
-				}
-			}
-			out = append(out, e)
-		}
-		if !clientChanged {
-			for i := range out { // a reorder is a change too
-				if out[i].typ != client[i].typ || out[i].raw != client[i].raw {
-					clientChanged = true
-					break
-				}
-			}
-		}
-		r.types = make([]string, len(out))
-		for i, e := range out {
-			r.types[i] = e.typ
-		}
-		if !clientChanged {
-			r.hasCM = cmPresent
-			return r, nil
-		}
-		if len(out) > 0 {
-			n := 1
-			for _, e := range out {
-				n += len(e.raw) + 1
-			}
-			b := make([]byte, 0, n)
-			b = append(b, '[')
-			for i, e := range out {
-				if i > 0 {
-					b = append(b, ',')
-				}
-				b = append(b, e.raw...)
-			}
-			b = append(b, ']')
-			newArr = unsafe.String(unsafe.SliceData(b), len(b))
-		}
-	} else {
-		out, r.types, newArr = p.enforcedEdits(client, thinking, compact)
-		if editsPresent && (newArr == edits.val.Raw || (len(out) == 0 && len(client) == 0)) {
-			// The client already sent exactly these edits (or an empty list and we have none).
-			r.hasCM = cmPresent
-			return r, nil
 		}
 	}
+	types = make([]string, len(out))
+	for i, e := range out {
+		types[i] = e.typ
+	}
+	return out, types, changed, nil
+}
 
+// editsArray is the JSON array of edits; "" when there are none.
+func editsArray(out []clientEdit) string {
 	if len(out) == 0 {
-		// Nothing left to send. Without edits the client's context_management is dropped when it
-		// holds nothing else; otherwise its edits become [].
-		if !editsPresent {
-			r.hasCM = cmPresent
-			return r, nil
-		}
-		if onlyKey(cm.val, "edits") {
-			r.remove = true
-			return r, nil
-		}
-		r.op = splice{start: edits.val.Index, end: edits.end(), data: "[]"}
-		r.hasCM = true
-		return r, nil
+		return ""
 	}
+	n := 1
+	for _, e := range out {
+		n += len(e.raw) + 1
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '[')
+	for i, e := range out {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, e.raw...)
+	}
+	b = append(b, ']')
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
 
+// placeEdits puts newArr, the edits to send, in the body: in place of the client's edits, into
+// its context_management, or as a new context_management member. With none to send (empty),
+// the client's context_management is dropped when it holds nothing else; otherwise its edits
+// become [].
+func placeEdits(r *editsResult, s string, cm, edits member, empty bool, newArr string) {
+	cmPresent := cm.found && cm.val.Type != gjson.Null
+	editsPresent := edits.found && edits.val.Type != gjson.Null
+	if empty {
+		switch {
+		case !editsPresent:
+			r.hasCM = cmPresent
+		case onlyKey(cm.val, "edits"):
+			r.remove = true
+		default:
+			r.op = splice{start: edits.val.Index, end: edits.end(), data: "[]"}
+			r.hasCM = true
+		}
+		return
+	}
 	r.hasCM = true
 	switch {
 	case editsPresent || (edits.found && edits.val.Type == gjson.Null):
@@ -571,7 +646,6 @@ func (p *Policy) rewriteEdits(s string, cm member, thinking, compact bool) (edit
 	default:
 		r.topInsert = splice{pre: `"context_management":{"edits":`, data: newArr, post: "}"}
 	}
-	return r, nil
 }
 
 // enforcedEdits is what the tenant writes in place of the client's edits: its pre-rendered edits,

@@ -52,29 +52,22 @@ func bulkKey(k string) bool { return k == "messages" || k == "system" || k == "t
 func scanBody(b []byte, members []topMember, mode scanMode, skimmed span) (_ []topMember, rootStart, rootEnd int, err *scanError) {
 	var stackBuf [64]byte
 	stack := stackBuf[:0]
-	var top byte
 	i := skipWS(b, 0)
 	if i == len(b) {
 		return members, 0, 0, &scanError{i, "unexpected end of JSON input"}
 	}
 	rootStart = i
 	rootObject := b[i] == '{'
-	fail := func(i int, what string) ([]topMember, int, int, *scanError) {
-		if i >= len(b) {
-			return members, 0, 0, &scanError{len(b), "unexpected end of JSON input"}
-		}
-		return members, 0, 0, &scanError{i, fmt.Sprintf("invalid character %s %s", quoteChar(b[i]), what)}
-	}
 
+	// The steps of the walk: a value, what follows a value, an object's key.
 value:
 	if i >= len(b) {
-		return fail(i, "")
+		return members, 0, 0, invalidAt(b, i, "")
 	}
 	if len(stack) == 1 && rootObject {
 		members[len(members)-1].valStart = i
 	}
-	switch c := b[i]; {
-	case c == '{' || c == '[':
+	if c := b[i]; c == '{' || c == '[' {
 		if len(stack) >= maxDepth {
 			return members, 0, 0, &scanError{i, fmt.Sprintf("nesting deeper than %d levels", maxDepth)}
 		}
@@ -89,33 +82,9 @@ value:
 			goto value
 		}
 		goto key
-	case c == '"':
-		var e *scanError
-		if i, _, e = scanString(b, i+1); e != nil {
-			return members, 0, 0, e
-		}
-	case c == '-' || c >= '0' && c <= '9':
-		var e *scanError
-		if i, e = scanNumber(b, i); e != nil {
-			return members, 0, 0, e
-		}
-	case c == 't':
-		if !hasLit(b, i, "true") {
-			return fail(i+litMismatch(b, i, "true"), "in literal true (expecting 'true')")
-		}
-		i += 4
-	case c == 'f':
-		if !hasLit(b, i, "false") {
-			return fail(i+litMismatch(b, i, "false"), "in literal false (expecting 'false')")
-		}
-		i += 5
-	case c == 'n':
-		if !hasLit(b, i, "null") {
-			return fail(i+litMismatch(b, i, "null"), "in literal null (expecting 'null')")
-		}
-		i += 4
-	default:
-		return fail(i, "looking for beginning of value")
+	}
+	if i, err = scanScalar(b, i); err != nil {
+		return members, 0, 0, err
 	}
 
 after:
@@ -124,20 +93,15 @@ after:
 	}
 	i = skipWS(b, i)
 	if len(stack) == 0 {
-		if i != len(b) {
-			return fail(i, "after top-level value")
+		if rootEnd, err = scanEnd(b, i); err != nil {
+			return members, 0, 0, err
 		}
-		end := len(b)
-		for end > 0 && isSpace(b[end-1]) {
-			end--
-		}
-		return members, rootStart, end - 1, nil
+		return members, rootStart, rootEnd, nil
 	}
 	if i >= len(b) {
-		return fail(i, "")
+		return members, 0, 0, invalidAt(b, i, "")
 	}
-	top = stack[len(stack)-1]
-	switch {
+	switch top := stack[len(stack)-1]; {
 	case b[i] == ',':
 		i = skipWS(b, i+1)
 		if top == '[' {
@@ -149,34 +113,26 @@ after:
 		i++
 		goto after
 	case top == '{':
-		return fail(i, "after object key:value pair")
+		return members, 0, 0, invalidAt(b, i, "after object key:value pair")
 	default:
-		return fail(i, "after array element")
+		return members, 0, 0, invalidAt(b, i, "after array element")
 	}
 
 key:
-	if i >= len(b) || b[i] != '"' {
-		return fail(i, "looking for beginning of object key string")
-	}
 	{
 		start := i
-		var esc bool
-		var e *scanError
-		if i, esc, e = scanString(b, i+1); e != nil {
+		keyEnd, next, esc, e := scanKey(b, i)
+		if e != nil {
 			return members, 0, 0, e
 		}
-		skim := false
-		if len(stack) == 1 && rootObject {
-			members = append(members, topMember{keyStart: start, keyEnd: i, keyEsc: esc})
-			skim = mode == scanSkimBulk && !esc && bulkKey(string(b[start+1:i-1]))
+		i = next
+		if len(stack) != 1 || !rootObject {
+			goto value
 		}
-		i = skipWS(b, i)
-		if i >= len(b) || b[i] != ':' {
-			return fail(i, "after object key")
-		}
-		i = skipWS(b, i+1)
-		// Scalars are short: only a string, array or object is skimmed.
-		if !skim || i >= len(b) || b[i] != '"' && b[i] != '[' && b[i] != '{' {
+		members = append(members, topMember{keyStart: start, keyEnd: keyEnd, keyEsc: esc})
+		// Only a bulk member's string, array or object is skimmed: scalars are short.
+		if mode != scanSkimBulk || esc || !bulkKey(string(b[start+1:keyEnd-1])) ||
+			i >= len(b) || b[i] != '"' && b[i] != '[' && b[i] != '{' {
 			goto value
 		}
 		members[len(members)-1].valStart = i
@@ -190,6 +146,71 @@ key:
 		}
 		goto after
 	}
+}
+
+// invalidAt is the error of the byte at i, what saying where it was met, or of the input's end
+// when i is past it.
+func invalidAt(b []byte, i int, what string) *scanError {
+	if i >= len(b) {
+		return &scanError{len(b), "unexpected end of JSON input"}
+	}
+	return &scanError{i, fmt.Sprintf("invalid character %s %s", quoteChar(b[i]), what)}
+}
+
+// scanScalar scans the string, number or literal that starts at b[i] (i < len(b)) and returns
+// the offset after it.
+func scanScalar(b []byte, i int) (int, *scanError) {
+	switch c := b[i]; {
+	case c == '"':
+		end, _, err := scanString(b, i+1)
+		return end, err
+	case c == '-' || c >= '0' && c <= '9':
+		return scanNumber(b, i)
+	case c == 't':
+		return scanLiteral(b, i, "true")
+	case c == 'f':
+		return scanLiteral(b, i, "false")
+	case c == 'n':
+		return scanLiteral(b, i, "null")
+	}
+	return i, invalidAt(b, i, "looking for beginning of value")
+}
+
+// scanLiteral scans the literal lit at b[i].
+func scanLiteral(b []byte, i int, lit string) (int, *scanError) {
+	if !hasLit(b, i, lit) {
+		return i, invalidAt(b, i+litMismatch(b, i, lit), "in literal "+lit+" (expecting '"+lit+"')")
+	}
+	return i + len(lit), nil
+}
+
+// scanKey scans the object key at b[i] and the ':' after it: keyEnd is the offset after the
+// key's closing quote, next the offset of the member's value.
+func scanKey(b []byte, i int) (keyEnd, next int, esc bool, err *scanError) {
+	if i >= len(b) || b[i] != '"' {
+		return 0, 0, false, invalidAt(b, i, "looking for beginning of object key string")
+	}
+	if keyEnd, esc, err = scanString(b, i+1); err != nil {
+		return 0, 0, false, err
+	}
+	i = skipWS(b, keyEnd)
+	if i >= len(b) || b[i] != ':' {
+		return 0, 0, false, invalidAt(b, i, "after object key")
+	}
+	return keyEnd, skipWS(b, i+1), esc, nil
+}
+
+// scanEnd checks that nothing but whitespace follows the top-level value, which the whitespace
+// after it ends at i, and returns the offset of the value's last byte.
+func scanEnd(b []byte, i int) (int, *scanError) {
+	if i != len(b) {
+		return 0, invalidAt(b, i, "after top-level value")
+	}
+	end := len(b)
+	for end > 0 && isSpace(b[end-1]) {
+		end--
+	}
+	return end - 1, nil
 }
 
 const (
