@@ -2,12 +2,10 @@ package proxy
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"net/http"
-	"strings"
 
+	"github.com/ctxproxy/ctxproxy/internal/apikey"
 	"go.uber.org/zap"
 
 	"github.com/ctxproxy/ctxproxy/keys"
@@ -43,8 +41,8 @@ type authFailure struct {
 // it never falls through to the default tenant. Any other key is looked up
 // in the policies' api_keys_sha256, as before ctxproxy keys existed.
 func (s *Server) authenticate(ctx context.Context, h http.Header) (caller, *authFailure) {
-	key := apiKey(h)
-	c := caller{keyID: keyID(key)}
+	key := apikey.From(h)
+	c := caller{keyID: apikey.IDOf(key)}
 	if keys.IsKey(key) {
 		return s.authenticateKey(ctx, key, c)
 	}
@@ -123,24 +121,4 @@ func (x *exchange) admit() (admission, bool) {
 		return a, false
 	}
 	return a, true
-}
-
-// apiKey is the client's credential: x-api-key, else the Bearer token.
-func apiKey(h http.Header) string {
-	if k := h.Get("X-Api-Key"); k != "" {
-		return k
-	}
-	if a := h.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
-		return strings.TrimSpace(a[7:])
-	}
-	return ""
-}
-
-// keyID is the loggable form of a key: the first 8 hex digits of its sha256.
-func keyID(key string) string {
-	if key == "" {
-		return ""
-	}
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:4])
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
+	"github.com/ctxproxy/ctxproxy/policy"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
@@ -36,8 +37,6 @@ type memCall struct {
 	id    string
 	input []byte
 }
-
-const defaultMaxIterations = 10
 
 // memoryLoop is what the loop carries from one round to the next (the
 // exchange's loop; only this file writes it). The plain (servePlain) and the
@@ -101,7 +100,7 @@ func (x *exchange) maxIterations() int {
 	if n := x.who.pol.Memory.MaxIterations; n > 0 {
 		return n
 	}
-	return defaultMaxIterations
+	return policy.DefaultMaxIterations
 }
 
 // advance decides what follows a round that ended normally: another round

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/apierr"
 	"go.uber.org/zap"
 )
 
@@ -23,9 +24,9 @@ func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request) {
 	pe := &passError{}
 	switch {
 	case refused != nil:
-		writeError(sw, refused.status, refused.typ, refused.msg)
+		apierr.Write(sw, refused.status, refused.typ, refused.msg)
 	case !c.known && s.cfg.RequireKnownTenant:
-		writeError(sw, http.StatusUnauthorized, "authentication_error", "the API key matches no ctxproxy tenant")
+		apierr.Write(sw, http.StatusUnauthorized, "authentication_error", "the API key matches no ctxproxy tenant")
 	default:
 		// The reverse proxy sends the tenant's own key, and answers as its
 		// policy says (passthroughCaller).

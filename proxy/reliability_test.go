@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/apierr"
+	"github.com/ctxproxy/ctxproxy/internal/apikey"
 	"github.com/tidwall/gjson"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
@@ -32,7 +34,7 @@ func TestUpstreamErrorsAreRelayedWithTheirHeaders(t *testing.T) {
 		for _, stream := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%d stream=%v", status, stream), func(t *testing.T) {
 				h := newHarness(t)
-				r := fakeapi.ErrorReply(status, ErrorType(status), "upstream says no")
+				r := fakeapi.ErrorReply(status, apierr.Type(status), "upstream says no")
 				r.Header = http.Header{"Retry-After": {"3"}, "Anthropic-Ratelimit-Requests-Remaining": {"0"}}
 				h.fake.Enqueue(r)
 				body := simpleBody
@@ -397,7 +399,7 @@ func TestTenantKeysNeverReachAnotherTenantsPolicy(t *testing.T) {
 			t.Fatalf("key for %s via %s served as %v", tc.tenant, tc.header, logged)
 		}
 		up := h.lastUpstream("/v1/messages")
-		if got := apiKey(up.Header); got != tc.key {
+		if got := apikey.From(up.Header); got != tc.key {
 			t.Fatalf("upstream got key %q, want the client's own", got)
 		}
 	}

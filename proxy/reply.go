@@ -29,7 +29,7 @@ func (x *exchange) fail(status int, typ, msg string) {
 		x.out.errType = apierr.TypeLabel(typ)
 	}
 	x.ticket.Header(x.w.Header()) // the answer is the proxy's own: no upstream headers to hide
-	x.out.n += int64(writeError(x.w, status, typ, msg))
+	x.out.n += int64(apierr.Write(x.w, status, typ, msg))
 }
 
 // refuse answers a request the policy refused, in the API's shape with its
@@ -39,15 +39,9 @@ func (x *exchange) refuse(re *policy.RequestError) {
 		x.fail(re.Status, re.Type, re.Message)
 		return
 	}
-	body := re.JSON()
-	h := x.w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	x.w.WriteHeader(re.Status)
-	n, _ := x.w.Write(body)
 	x.out.status = re.Status
-	x.out.errType, x.out.errCode = errorLabels(re.Status, body)
-	x.out.n += int64(n)
+	x.out.errType, x.out.errCode = errorLabels(re.Status, re.JSON())
+	x.out.n += int64(apierr.Write(x.w, re.Status, re.Type, re.Message, apierr.Field{Name: "details", Raw: re.Details}))
 }
 
 // upstreamError answers a failed upstream call in the API's shape, or

@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"path"
 	"strings"
+
+	"github.com/ctxproxy/ctxproxy/internal/apierr"
 )
 
 // endpoint is a /v1/ route the policy applies to.
@@ -137,9 +139,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.servePassthrough(w, r)
 	case rt.status == http.StatusMethodNotAllowed:
 		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, rt.status, "invalid_request_error", "method "+r.Method+" is not allowed on "+r.URL.Path+"; use POST")
+		apierr.Write(w, rt.status, "invalid_request_error", "method "+r.Method+" is not allowed on "+r.URL.Path+"; use POST")
 	default:
-		writeError(w, rt.status, "not_found_error", "no route for "+r.Method+" "+r.URL.Path)
+		apierr.Write(w, rt.status, "not_found_error", "no route for "+r.Method+" "+r.URL.Path)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/apierr"
 	"github.com/gorilla/mux"
 	"go.uber.org/zap"
 
@@ -141,11 +142,11 @@ func (s *Server) routes() *mux.Router {
 		r.PathPrefix("/admin/").Handler(s.cfg.Admin)
 	} else {
 		r.PathPrefix("/admin/").HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			writeError(w, http.StatusNotFound, "not_found_error", "the admin endpoints are disabled; start ctxproxy with CTXPROXY_ADMIN_TOKEN (or --admin-token) set to enable them")
+			apierr.Write(w, http.StatusNotFound, "not_found_error", "the admin endpoints are disabled; start ctxproxy with CTXPROXY_ADMIN_TOKEN (or --admin-token) set to enable them")
 		})
 	}
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+		apierr.Write(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})
 	return r
 }
@@ -185,7 +186,7 @@ func (s *Server) passthrough(rt http.RoundTripper) http.Handler {
 			if status == 0 {
 				return // the client went away
 			}
-			writeError(w, status, "", msg)
+			apierr.Write(w, status, "", msg)
 		},
 	}
 }

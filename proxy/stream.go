@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/apierr"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 	"go.uber.org/zap"
@@ -64,7 +65,7 @@ func (x *exchange) streamRound(ctx context.Context, sw *streamWriter) (*round, u
 		if !sw.started {
 			x.upstreamError(err)
 		} else if status, msg := upstreamFailure(ctx, err); status != 0 {
-			sw.send(sseErrorEvent(ErrorType(status), msg))
+			sw.send(sseErrorEvent(apierr.Type(status), msg))
 		}
 		return nil, upstreamBody{}
 	}
@@ -142,7 +143,7 @@ func (x *exchange) streamRefused(sw *streamWriter, resp *http.Response, t0 time.
 		sw.send(ev) // the upstream's error object as it came, details and code included
 		return
 	}
-	sw.send(sseErrorEvent(ErrorType(resp.StatusCode), fmt.Sprintf("upstream answered %d", resp.StatusCode)))
+	sw.send(sseErrorEvent(apierr.Type(resp.StatusCode), fmt.Sprintf("upstream answered %d", resp.StatusCode)))
 }
 
 // relayedErrorEvent is the error event carrying the upstream's error object (type, message,

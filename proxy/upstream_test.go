@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/ctxproxy/ctxproxy/internal/apierr"
 )
 
 func TestRemoveHopHeaders(t *testing.T) {
@@ -85,7 +87,7 @@ func TestRetryDelay(t *testing.T) {
 }
 
 func TestErrorBodyEscapes(t *testing.T) {
-	got := string(errorBody("invalid_request_error", "bad \"x\"\n\x01"))
+	got := string(apierr.Body("invalid_request_error", "bad \"x\"\n\x01"))
 	want := `{"type":"error","error":{"type":"invalid_request_error","message":"bad \"x\"\n\u0001"}}`
 	if got != want {
 		t.Fatalf("got %s, want %s", got, want)
