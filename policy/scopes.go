@@ -12,6 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ctxproxy/ctxproxy/internal/apikey"
+	"github.com/ctxproxy/ctxproxy/memoryhook"
 )
 
 // ScopeStore says whose store a memory scope maps its mount to.
@@ -31,7 +32,8 @@ const (
 // below Mount are kept in the store Store names, relative to the mount
 // (/memories/team/a.md is /memories/a.md of the team's store).
 type MemoryScope struct {
-	Mount    string // canonical: "/memories" or "/memories/a/b", no trailing '/'
+	Mount    string          // canonical: "/memories" or "/memories/a/b", no trailing '/'
+	At       memoryhook.Path // Mount, parsed
 	Store    ScopeStore
 	ReadOnly bool // model_access: read; operators still write it
 	// Template is the absolute folder copied into a user's (or key's)
@@ -66,9 +68,26 @@ func (p *Policy) MemoryScopes() []MemoryScope {
 }
 
 var (
-	implicitTenantScope = []MemoryScope{{Mount: "/memories", Store: ScopeTenant}}
-	implicitKeyScope    = []MemoryScope{{Mount: "/memories", Store: ScopeKey}}
+	rootPath, _         = memoryhook.ParsePath(memoryhook.Root)
+	implicitTenantScope = []MemoryScope{{Mount: memoryhook.Root, At: rootPath, Store: ScopeTenant}}
+	implicitKeyScope    = []MemoryScope{{Mount: memoryhook.Root, At: rootPath, Store: ScopeKey}}
 )
+
+// MemoryMounts are the mounts of a request with key id keyID and ctxproxy
+// user user (see ScopeStoreName), each store under the tenant's limits.
+// ok is false when a scope has no store for it (no key).
+func (p *Policy) MemoryMounts(keyID, user string) (mounts []memoryhook.Mount, ok bool) {
+	scopes := p.MemoryScopes()
+	mounts = make([]memoryhook.Mount, len(scopes))
+	for i := range scopes {
+		name, ok := p.ScopeStoreName(&scopes[i], keyID, user)
+		if !ok {
+			return nil, false
+		}
+		mounts[i] = memoryhook.Mount{At: scopes[i].At, Store: name, ReadOnly: scopes[i].ReadOnly, Limits: p.Memory.Limits}
+	}
+	return mounts, true
+}
 
 // Scoped reports whether the policy writes memory.scopes (or a gate): the
 // model's view is then routed per scope.
@@ -171,6 +190,10 @@ func (ps *parser) scopes(n *yaml.Node, dir string, isDefault bool) []MemoryScope
 					ps.add(v.Line, "%s.path %q %s", where, str, problem)
 				} else {
 					s.Mount = m
+					var err error
+					if s.At, err = memoryhook.ParsePath(m); err != nil {
+						ps.add(v.Line, "%s.path %q: %s", where, str, err.Error())
+					}
 					if prev, dup := firstAt[m]; dup {
 						ps.add(v.Line, "%s.path %q is the mount of the scope at line %d already (a trailing / is ignored)", where, str, prev)
 					}

@@ -32,6 +32,7 @@ type Metrics struct {
 	clearedToolUses *prometheus.CounterVec   // tenant, edit
 	clearedThinking *prometheus.CounterVec   // tenant, edit
 	memory          *prometheus.CounterVec   // tenant, command, result
+	gateRefusals    *prometheus.CounterVec   // tenant, reason
 	cost            *prometheus.CounterVec   // tenant, model
 	savings         *prometheus.CounterVec   // tenant, model
 	savingsGross    *prometheus.CounterVec   // tenant, model
@@ -155,6 +156,9 @@ func NewMetrics(tenants, models []string) *Metrics {
 	m.memory = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ctxproxy_memory_commands_total", Help: "Memory tool commands run by the proxy, by tenant, command and result (ok, error).",
 	}, []string{"tenant", "command", "result"})
+	m.gateRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_memory_gate_refusals_total", Help: "Memory writes of the model refused before they persisted, by tenant and reason (read_only, secret, rate).",
+	}, []string{"tenant", "reason"})
 	m.cost = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ctxproxy_cost_usd_total", Help: "Estimated cost at list prices in USD, by tenant and model.",
 	}, []string{"tenant", "model"})
@@ -198,7 +202,7 @@ func NewMetrics(tenants, models []string) *Metrics {
 		Name: "ctxproxy_ledger_dropped_total", Help: "Ledger records dropped because the write queue was full.",
 	})
 	for _, c := range []prometheus.Collector{m.requests, m.upstreamCalls, m.upstream, m.overhead, m.tokensTotal,
-		m.clearedInput, m.clearedToolUses, m.clearedThinking, m.memory, m.cost, m.savings, m.savingsGross, m.cachePenalty, m.cacheMissed, m.priceUnknown, m.errors,
+		m.clearedInput, m.clearedToolUses, m.clearedThinking, m.memory, m.gateRefusals, m.cost, m.savings, m.savingsGross, m.cachePenalty, m.cacheMissed, m.priceUnknown, m.errors,
 		m.compactions, m.compactionCost, m.compactionSaved, m.webSearches,
 		m.openStreams, m.ledgerErrors, m.ledgerDropped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
@@ -390,6 +394,17 @@ func (m *Metrics) MemoryCommand(tenant, command string, isError bool) {
 		r = 1
 	}
 	m.tenant(tenant).memory[i][r].Inc()
+}
+
+// MemoryRefusal counts one memory write refused by the scopes or the gate;
+// reason is read_only, secret or rate (anything else counts as other).
+func (m *Metrics) MemoryRefusal(tenant, reason string) {
+	switch reason {
+	case "read_only", "secret", "rate":
+	default:
+		reason = OtherLabel
+	}
+	m.gateRefusals.WithLabelValues(m.TenantLabel(tenant), reason).Inc()
 }
 
 // ObserveCall counts the tokens, cleared tokens, cost and savings of one priced upstream call.
