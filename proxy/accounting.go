@@ -119,6 +119,15 @@ func (x *exchange) memoryCommand(res memoryhook.Result) {
 	if m := x.s.cfg.Metrics; m != nil {
 		m.MemoryCommand(x.who.label, res.Command, res.IsError)
 	}
+	if res.Refused != "" {
+		// A write the scopes or the gate kept out: counted and logged, its
+		// text never (it may be the secret).
+		if m := x.s.cfg.Metrics; m != nil {
+			m.MemoryRefusal(x.who.label, res.Refused)
+		}
+		x.s.log.Warn("memory write refused", zap.String("tenant", x.who.label), zap.String("key", x.who.keyID),
+			zap.String("command", res.Command), zap.String("reason", res.Refused))
+	}
 	if res.Unavailable {
 		x.s.log.Error("memory store unavailable", zap.String("tenant", x.who.label),
 			zap.String("command", res.Command), zap.Error(res.Err))

@@ -94,6 +94,10 @@ type harnessOpt func(*Config)
 func writePolicies(t *testing.T, dir string, files map[string]string) {
 	t.Helper()
 	for name, body := range files {
+		// A name with a '/' is a file in a folder (a memory template).
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -146,6 +146,9 @@ func (x *exchange) runMemory(ctx context.Context, e roundEnd) []byte {
 	out := make([]byte, 0, 256)
 	out = append(out, '[')
 	sc, scoped := x.scope()
+	if scoped {
+		x.seedTemplates(ctx)
+	}
 	// The memory history records who wrote: the key, and the upstream
 	// request and message whose tool_use ran (as the ledger names them).
 	sc.Actor = memoryhook.Actor{Type: memoryhook.ActorModel, Tenant: x.who.pol.Tenant, KeyID: x.who.keyID,
@@ -259,12 +262,4 @@ func setIterations(b []byte, path string, its []tokens.Iteration) []byte {
 		return b
 	}
 	return out
-}
-
-// scope is the request's memory namespace: the store the policy names for
-// its key (see policy.Policy.MemoryStore), under the tenant's limits. ok is
-// false when there is none (memory per key, and no key).
-func (x *exchange) scope() (sc memoryhook.Scope, ok bool) {
-	store, ok := x.who.pol.MemoryStore(x.who.keyID)
-	return memoryhook.Scope{Tenant: store, Limits: memoryhook.Limits(x.who.pol.Memory.Limits)}, ok
 }

@@ -62,6 +62,10 @@ type Server struct {
 	// leadShapes is, per tenant, the leadShape of its last large body: the next
 	// one's upload starts with it (lead.go).
 	leadShapes sync.Map
+	// writeRate counts the model's memory writes per user (memory.gate);
+	// seeded holds the stores whose template was seen to (memoryscope.go).
+	writeRate *memoryhook.WriteRate
+	seeded    sync.Map
 }
 
 const (
@@ -99,6 +103,8 @@ func New(cfg Config) (*Server, error) {
 		cfg: cfg,
 		log: cfg.Log,
 		up:  &upstream{base: cfg.Upstream, client: &http.Client{Transport: rt, CheckRedirect: noRedirect}},
+
+		writeRate: memoryhook.NewWriteRate(nil),
 	}
 	s.trim = newIdleTrim(rt)
 	s.router = s.routes()
