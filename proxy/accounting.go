@@ -96,19 +96,26 @@ func (x *exchange) recordCount(resp *http.Response, body []byte) {
 	rec.Record(x.r.Context(), c)
 }
 
-// ledgerCall is the base of every ledger line the exchange writes: who
-// asked (tenant, key id, user), for which model, and what the upstream call
-// answered. Every line starts from it, so none lacks what a report groups by.
-func (x *exchange) ledgerCall(resp *http.Response) tokens.Call {
+// ledgerLine is the base of every ledger line the proxy writes: who asked
+// (tenant, key id, user), for which model, and what the upstream answered.
+// Every line starts from it (an exchange's through ledgerCall, a batch
+// result's in resultsMeter.account), so none lacks what a report groups by.
+func ledgerLine(tenant, keyID, user, model, requestID string, status int) tokens.Call {
 	return tokens.Call{
 		Time:      time.Now(),
-		Tenant:    x.who.label,
-		KeyID:     x.who.keyID,
-		User:      x.who.user,
-		Model:     x.req.info.Model,
-		RequestID: resp.Header.Get("Request-Id"),
-		Status:    resp.StatusCode,
+		Tenant:    tenant,
+		KeyID:     keyID,
+		User:      user,
+		Model:     model,
+		RequestID: requestID,
+		Status:    status,
 	}
+}
+
+// ledgerCall is the base of the exchange's ledger lines: its caller and
+// model, and what the upstream call resp answered.
+func (x *exchange) ledgerCall(resp *http.Response) tokens.Call {
+	return ledgerLine(x.who.label, x.who.keyID, x.who.user, x.req.info.Model, resp.Header.Get("Request-Id"), resp.StatusCode)
 }
 
 // memoryCommand accounts one memory command. A store outage is the

@@ -273,22 +273,12 @@ func (m *resultsMeter) account() {
 		return
 	}
 	r := tokens.ParseReply(line[msg.Index : msg.Index+len(msg.Raw)])
-	c := m.s.ledger(context.Background(), tokens.Call{
-		Time:        time.Now(),
-		Tenant:      m.claim.Tenant,
-		KeyID:       m.claim.KeyID,
-		User:        m.claim.User,
-		Model:       r.Model,
-		RequestID:   m.requestID,
-		MessageID:   r.ID,
-		Status:      http.StatusOK,
-		Usage:       r.Billed(),
-		Iterations:  r.Iterations,
-		ServiceTier: tokens.TierBatch, // a batch's result, whatever its usage says
-		Edits:       r.Edits,
-		BatchID:     m.claim.ID,
-		CustomID:    gjson.GetBytes(line, "custom_id").Str,
-	})
+	c := ledgerLine(m.claim.Tenant, m.claim.KeyID, m.claim.User, r.Model, m.requestID, http.StatusOK)
+	c.MessageID = r.ID
+	c.Usage, c.Iterations, c.Edits = r.Billed(), r.Iterations, r.Edits
+	c.ServiceTier = tokens.TierBatch // a batch's result, whatever its usage says
+	c.BatchID, c.CustomID = m.claim.ID, gjson.GetBytes(line, "custom_id").Str
+	c = m.s.ledger(context.Background(), c)
 	m.cost = m.cost.Plus(m.s.charge(&c))
 	m.results++
 }
