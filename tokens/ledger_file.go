@@ -103,13 +103,12 @@ func (l *FileLedger) AppendBatch(ctx context.Context, cs []Call) (int, error) {
 	if err != nil {
 		// Some bytes may have landed: start the next record on a new line.
 		l.needNL = n > 0 || l.needNL
+		l.rollup.failed()
 		return bytes.Count(l.buf[start:max(n, start)], []byte{'\n'}), fmt.Errorf("ledger append %s: %w", l.path, err)
 	}
 	l.needNL = false
 	if l.rf != nil {
-		if end, err := l.f.Seek(0, io.SeekCurrent); err == nil {
-			l.rollup.appended(l.rf, end-int64(len(l.buf)-start), end, cs)
-		}
+		l.rollup.appended(l.rf, l.buf, cs)
 	}
 	return len(cs), nil
 }

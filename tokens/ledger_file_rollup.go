@@ -36,11 +36,17 @@ const fileRollupSaveEvery = 200_000
 type fileRollup struct {
 	path string // the rollup file; "" when the ledger is not a regular file: no rollup
 
-	mu      sync.Mutex
-	loaded  bool // rows and offset are the ledger's [0, offset)
-	tried   bool // a load from the rollup file was tried
-	offset  int64
-	rows    map[rollupKey]*Totals
+	mu     sync.Mutex
+	loaded bool // rows and offset are the ledger's [0, offset)
+	tried  bool // a load from the rollup file was tried
+	offset int64
+	rows   map[rollupKey]*Totals
+	// synced: offset is the end of the file as this process last wrote it, so the lines of
+	// its next write follow: added without asking the file where they landed (a syscall as
+	// dear as the write). last is the last line written; a report finds it where it should
+	// be, or another process wrote in between and the rollup is rebuilt.
+	synced  bool
+	last    []byte
 	unsaved int // lines summed since the rollup file was written
 }
 
@@ -144,33 +150,62 @@ func (fr *fileRollup) save(r io.ReaderAt) error {
 	return nil
 }
 
-// appended adds the lines cs, which the ledger wrote as the bytes [start, end), when they
-// follow what the rollup holds; otherwise the rollup stays behind and the next report reads
-// them from the file. r reads the ledger. The rollup is loaded from its file the first time,
-// never rebuilt here: that is a report's work, not the writer's.
-func (fr *fileRollup) appended(r io.ReaderAt, start, end int64, cs []Call) {
+// appended adds the lines cs, which the ledger has just written as buf, when the rollup is
+// synced with the file; otherwise it stays behind and the next report reads them from the
+// file. r reads the ledger. The first time, the rollup is loaded from its file, never rebuilt
+// here: that is a report's work, not the writer's.
+func (fr *fileRollup) appended(r *os.File, buf []byte, cs []Call) {
 	if fr.path == "" {
 		return
 	}
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
 	if !fr.tried {
-		if start == 0 { // a new ledger: nothing to rebuild
-			fr.tried, fr.loaded, fr.rows = true, true, map[rollupKey]*Totals{}
+		fr.tried = true
+		st, err := r.Stat()
+		if err != nil {
+			return
+		}
+		if before := st.Size() - int64(len(buf)); before == 0 { // a new ledger: nothing to rebuild
+			fr.loaded, fr.rows, fr.synced = true, map[rollupKey]*Totals{}, true
 		} else {
-			fr.load(r, start)
+			fr.load(r, before)
+			fr.synced = fr.loaded && fr.offset == before
 		}
 	}
-	if !fr.loaded || fr.offset != start {
+	if !fr.synced {
 		return
 	}
 	for i := range cs {
 		rollupAdd(fr.rows, &cs[i], fileRollupWidth)
 	}
-	fr.offset = end
+	fr.offset += int64(len(buf))
+	last := buf[bytes.LastIndexByte(buf[:len(buf)-1], '\n')+1:]
+	fr.last = append(fr.last[:0], last...)
 	if fr.unsaved += len(cs); fr.unsaved >= fileRollupSaveEvery {
 		fr.save(r) //nolint:errcheck // a cache: the next report reads what it lacks from the file
 	}
+}
+
+// failed is told of a failed write: where the next one lands is no longer known.
+func (fr *fileRollup) failed() {
+	fr.mu.Lock()
+	fr.synced = false
+	fr.mu.Unlock()
+}
+
+// lastInPlace reports whether the last line this process wrote ends at the offset.
+func (fr *fileRollup) lastInPlace(r io.ReaderAt, size int64) bool {
+	if len(fr.last) == 0 {
+		return true
+	}
+	from := fr.offset - int64(len(fr.last))
+	if from < 0 || fr.offset > size {
+		return false
+	}
+	b := make([]byte, len(fr.last))
+	_, err := r.ReadAt(b, from)
+	return err == nil && bytes.Equal(b, fr.last)
 }
 
 // catchUp brings the rollup up to the ledger's complete lines in [0, size): it loads the
@@ -184,10 +219,14 @@ func (fr *fileRollup) catchUp(ctx context.Context, r io.ReaderAt, size int64) (i
 	if !fr.tried {
 		fr.load(r, size)
 	}
+	if fr.loaded && fr.synced && !fr.lastInPlace(r, size) {
+		fr.loaded = false // another process wrote between this one's lines
+	}
 	if !fr.loaded || fr.offset > size {
-		fr.rows, fr.offset, fr.loaded = map[rollupKey]*Totals{}, 0, true
+		fr.rows, fr.offset, fr.loaded, fr.last = map[rollupKey]*Totals{}, 0, true, nil
 	}
 	if fr.offset == size {
+		fr.synced = true
 		return size, nil
 	}
 	n := 0
@@ -200,7 +239,7 @@ func (fr *fileRollup) catchUp(ctx context.Context, r io.ReaderAt, size int64) (i
 	if err != nil {
 		return 0, err
 	}
-	fr.offset = end
+	fr.offset, fr.synced = end, end == size
 	if fr.unsaved += n; fr.unsaved > 0 {
 		fr.save(r) //nolint:errcheck // a cache: read again from the file next time
 	}
@@ -258,8 +297,10 @@ func (l *FileLedger) rollupView(ctx context.Context) (rollupView, time.Duration,
 	}
 	l.mu.Lock() // between two batches: a report sees the whole of each it sees
 	st, err := r.Stat()
+	l.rollup.mu.Lock()
 	l.mu.Unlock()
 	if err != nil {
+		l.rollup.mu.Unlock()
 		r.Close()
 		return nil, 0, fmt.Errorf("query ledger %s: %w", l.path, err)
 	}
@@ -267,7 +308,6 @@ func (l *FileLedger) rollupView(ctx context.Context) (rollupView, time.Duration,
 	if !st.Mode().IsRegular() {
 		size = 0 // e.g. /dev/full: nothing to read back
 	}
-	l.rollup.mu.Lock()
 	offset, err := l.rollup.catchUp(ctx, r, size)
 	if err != nil {
 		l.rollup.mu.Unlock()

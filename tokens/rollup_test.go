@@ -376,3 +376,17 @@ func copyFile(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+func TestAddTotalsAddsEverySum(t *testing.T) {
+	var one, sum Totals
+	for i, f := range rollupSums {
+		*f.of(&one) = int64(i + 1)
+	}
+	sum.addTotals(&one)
+	sum.addTotals(&one)
+	for i, f := range rollupSums {
+		if got := *f.of(&sum); got != 2*int64(i+1) {
+			t.Errorf("%s: %d, want %d", f.col, got, 2*(i+1))
+		}
+	}
+}
