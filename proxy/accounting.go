@@ -52,6 +52,7 @@ func (x *exchange) record(resp *http.Response, r tokens.Reply, meta replyMeta) {
 	c.ServiceTier = r.ServiceTier
 	c.Edits = r.Edits
 	c.Cut = r.Cut
+	x.attributeCache(&c, &r)
 	c = x.s.ledger(x.r.Context(), c)
 	if x.ticket != nil {
 		x.acct.cost = x.acct.cost.Plus(x.s.charge(&c))

@@ -98,14 +98,17 @@ func (x *exchange) readLeading() (in clientBody, q request, t *limits.Ticket, ok
 		return in, q, nil, false
 	}
 	in.n = int64(n)
+	x.openConversation(buf)
 	parts, rest, info, err := pol.RewriteLead(buf, q.header, lead)
 	if !x.accept(&q, parts, info, err) {
 		return in, q, nil, false
 	}
+	x.askDiagnostics(&q)
+	rest = x.withDiagnostics(rest)
 	if t, ok = x.checkLimits(&q, n); !ok {
 		return in, q, nil, false
 	}
-	now := leadShape{betas: info.Betas(), added: partsLen(parts) - n}
+	now := leadShape{betas: info.Betas(), added: partsLen(q.parts) - n}
 	if now != shape || !shaped {
 		x.s.leadShapes.Store(tenant, now)
 	}

@@ -135,6 +135,7 @@ func (x *exchange) advance(ctx context.Context, e roundEnd, assistant func() []b
 	if err != nil {
 		return false, "", fmt.Errorf("continue memory loop: %w", err)
 	}
+	body = x.diagnosticsForRound(body, e.id)
 	l.body, l.parts = body, [][]byte{body}
 	l.round++
 	return true, "", nil

@@ -32,6 +32,7 @@ func (x *exchange) servePlain() {
 			x.writeReply(resp, reply)
 			return
 		}
+		reply = x.seePlain(reply)
 		x.record(resp, tokens.ParseReply(reply), x.plainMeta(reply))
 		var end roundEnd
 		var client [][]byte // the reply's blocks but its memory calls

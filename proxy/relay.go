@@ -11,6 +11,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/ctxproxy/ctxproxy/cachetrack"
 	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
@@ -40,6 +41,11 @@ type round struct {
 	done       bool // message_stop seen
 	failed     bool // an error event was relayed
 	meter      tokens.StreamMeter
+	// conv is the conversation the round's turn and diagnosis feed (cacheconv.go); nil when
+	// the tenant's conversations are not tracked.
+	conv *conversation
+	turn cachetrack.Turn
+	seen seenReply
 }
 
 // phase is where a stream is in the Messages API's event grammar:
@@ -145,8 +151,12 @@ func (rd *round) messageStart(ev sseEvent, sw *streamWriter) error {
 	rd.meter.Event("message_start", ev.Data)
 	rd.id = gjson.GetBytes(ev.Data, "message.id").Str
 	rd.model = gjson.GetBytes(ev.Data, "message.model").Str
+	raw := ev.Raw
+	if rd.conv != nil {
+		raw = rd.conv.streamStart(rd, ev)
+	}
 	if rd.first {
-		sw.send(ev.Raw)
+		sw.send(raw)
 	}
 	return nil
 }
@@ -154,6 +164,9 @@ func (rd *round) messageStart(ev sseEvent, sw *streamWriter) error {
 // blockStart keeps a new block and relays it under the client's next
 // index, unless it is a memory call, which is withheld.
 func (rd *round) blockStart(ev sseEvent, sw *streamWriter) error {
+	if rd.conv != nil {
+		rd.conv.streamBlock(rd, ev.Data)
+	}
 	if !rd.memory { // nothing withheld, no later round: relay as is
 		if rd.phase != inMessage {
 			return malformedf("content_block_start out of order")

@@ -46,8 +46,13 @@ func (x *exchange) rewrite(body []byte) (request, bool) {
 		q.items = info.Items
 		return q, x.accept(&q, [][]byte{out}, policy.RewriteInfo{}, err)
 	}
+	x.openConversation(body) // before the rewrite, which may reuse body's buffer
 	parts, info, err := rewriteFor(x.who.pol, body, q.header)
-	return q, x.accept(&q, parts, info, err)
+	if !x.accept(&q, parts, info, err) {
+		return q, false
+	}
+	x.askDiagnostics(&q)
+	return q, true
 }
 
 // upstreamHeader is the client's headers as they go upstream, with the

@@ -40,6 +40,7 @@ type exchange struct {
 	req    request        // rewrite: the upstream request the policy made
 	ticket *limits.Ticket // limits: admitted against the tenant's limits; nil when it has none
 
+	conv  conversation // the conversation's previous call and the cache (cacheconv.go)
 	out   clientReply
 	acct  accounting
 	loop  memoryLoop

@@ -18,6 +18,7 @@ import (
 	"github.com/gorilla/mux"
 	"go.uber.org/zap"
 
+	"github.com/ctxproxy/ctxproxy/cachetrack"
 	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
 	"github.com/ctxproxy/ctxproxy/limits"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
@@ -28,17 +29,20 @@ import (
 
 // Config is what a Server needs. Zero durations take the defaults below.
 type Config struct {
-	Upstream           *url.URL
-	Policies           *policy.Store
-	Memory             memoryhook.Store // nil: memory proxy mode answers tool errors
-	Recorder           *tokens.Recorder // nil: no accounting
-	Metrics            *tokens.Metrics  // request metrics (the binary serves them on a listener of its own); nil: none
-	Tracer             *tracing.Tracer  // nil: no traces
-	Admin              http.Handler     // the operator API under /admin/ (package admin); nil: disabled
-	Console            http.Handler     // the operator console under /admin/ui/ (package console); nil: disabled
-	Keys               KeyVerifier      // ctxproxy's own keys; nil: every sk-ctx- key is unknown
-	MemoryAPI          http.Handler     // /v1/memory_stores (package memapi); nil: passed upstream like any /v1/ path
-	Limits             *limits.Enforcer // spend caps and per-minute limits; nil: none enforced
+	Upstream  *url.URL
+	Policies  *policy.Store
+	Memory    memoryhook.Store // nil: memory proxy mode answers tool errors
+	Recorder  *tokens.Recorder // nil: no accounting
+	Metrics   *tokens.Metrics  // request metrics (the binary serves them on a listener of its own); nil: none
+	Tracer    *tracing.Tracer  // nil: no traces
+	Admin     http.Handler     // the operator API under /admin/ (package admin); nil: disabled
+	Console   http.Handler     // the operator console under /admin/ui/ (package console); nil: disabled
+	Keys      KeyVerifier      // ctxproxy's own keys; nil: every sk-ctx- key is unknown
+	MemoryAPI http.Handler     // /v1/memory_stores (package memapi); nil: passed upstream like any /v1/ path
+	Limits    *limits.Enforcer // spend caps and per-minute limits; nil: none enforced
+	// CacheTracker remembers each conversation's previous call, to measure what edits did to the
+	// prompt cache (cacheconv.go); nil: one of its own on the wall clock.
+	CacheTracker       *cachetrack.Tracker
 	Log                *zap.Logger
 	MaxBody            int64         // request body limit; default 32 MiB
 	RequireKnownTenant bool          // answer 401 to clients that match no tenant
@@ -88,6 +92,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = defaultMaxBody
+	}
+	if cfg.CacheTracker == nil {
+		cfg.CacheTracker = cachetrack.New(nil, 0)
 	}
 	if cfg.UpstreamTimeout <= 0 {
 		cfg.UpstreamTimeout = defaultUpstreamTimeout

@@ -80,7 +80,7 @@ func (x *exchange) streamRound(ctx context.Context, sw *streamWriter) (*round, u
 	ir := newIdleReader(resp.Body, x.s.cfg.StreamIdleTimeout, cancel)
 	up := upstreamBody{ir: ir, cancel: cancel, rest: &io.LimitedReader{R: ir, N: math.MaxInt64}}
 	up.src = newSSEReader(up.rest)
-	rd := &round{memory: x.who.memory, first: x.loop.round == 0, requestID: resp.Header.Get("Request-Id")}
+	rd := &round{memory: x.who.memory, first: x.loop.round == 0, requestID: resp.Header.Get("Request-Id"), conv: x.trackedStream()}
 	err = rd.relay(up.src, sw)
 	if err == nil && rd.done {
 		err = up.afterStop()
@@ -88,6 +88,7 @@ func (x *exchange) streamRound(ctx context.Context, sw *streamWriter) (*round, u
 	}
 	up.complete = rd.done
 	x.acct.waited(t0)
+	x.seeStream(rd)
 	x.record(resp, x.roundReply(ctx, sw, rd), replyMeta{id: rd.id, model: rd.model, stopReason: rd.stopReason})
 	if ev, over := x.roundFailure(ctx, sw, up.ir, rd, err); over {
 		up.release()

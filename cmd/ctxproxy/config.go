@@ -34,6 +34,7 @@ type config struct {
 	LimitsStore         string
 	RatelimitStore      string
 	DebugPoisonBuffers  bool
+	DebugManualClock    bool
 }
 
 // flagSpec ties a flag to its env twin and default. serveFlags is the one
@@ -65,6 +66,7 @@ var serveFlags = []flagSpec{
 	{"ratelimit-store", "CTXPROXY_RATELIMIT_STORE", "", "per-minute limits: memory, redis://, or postgres:// (default: the limits store)"},
 	{"debug-addr", "CTXPROXY_DEBUG_ADDR", "", "address of a separate pprof and /debug/stats listener; keep it on 127.0.0.1; unset: off"},
 	{"debug-poison-buffers", "CTXPROXY_DEBUG_POISON_BUFFERS", "false", "a debugging aid: overwrite each pooled request-body buffer as it is released, so a value still pointing into one (a ledger line's model, a log field) shows the poison at once; costs a write of every large body"},
+	{"debug-manual-clock", "CTXPROXY_DEBUG_MANUAL_CLOCK", "false", "a testing aid: the clock that says how long a conversation rested between calls (a prompt cache's TTL) moves only by POST /debug/clock {\"advance\":\"6m\"} on --debug-addr"},
 	{"trusted-proxies", "CTXPROXY_TRUSTED_PROXIES", "", "comma-separated addresses or CIDRs of the front proxies whose X-Forwarded-Proto ctxproxy believes (the console's cookie is then Secure for https); unset: none"},
 	{"metrics-addr", "CTXPROXY_METRICS_ADDR", "", "address of the listener serving /metrics to Prometheus, apart from the agents' (it names every tenant, its spend and caps); unset: /metrics is on the --debug-addr listener, or nowhere"},
 }
@@ -90,7 +92,7 @@ func (s flagSpec) define(fs *flag.FlagSet, getenv func(string) string, usage str
 
 // boolFlags are the serve flags that are booleans: given bare, shown as
 // booleans in --help.
-var boolFlags = map[string]bool{"require-known-tenant": true, "forward-while-reading": true, "debug-poison-buffers": true}
+var boolFlags = map[string]bool{"require-known-tenant": true, "forward-while-reading": true, "debug-poison-buffers": true, "debug-manual-clock": true}
 
 // boolString is a boolean flag kept as its text (parsed with the others): it
 // tells package flag it is a boolean, so --help shows it as one and a bare
@@ -191,6 +193,11 @@ func parseConfig(name string, args []string, getenv func(string) string, specs [
 	if v := get("forward-while-reading"); v != "" {
 		if c.ForwardWhileReading, err = strconv.ParseBool(v); err != nil {
 			return nil, fs, fmt.Errorf("--forward-while-reading: %w", err)
+		}
+	}
+	if v := get("debug-manual-clock"); v != "" {
+		if c.DebugManualClock, err = strconv.ParseBool(v); err != nil {
+			return nil, fs, fmt.Errorf("--debug-manual-clock: %w", err)
 		}
 	}
 	if v := get("debug-poison-buffers"); v != "" {

@@ -23,8 +23,9 @@ import (
 // (pprof, /debug/stats) and --metrics-addr (/metrics). /metrics is never on
 // the agents' listener: it names every tenant, its spend and its caps, for
 // Prometheus only. Without --metrics-addr it is on the debug listener, and
-// without either it is not served. stop closes what was opened.
-func serveSideListeners(cfg *config, metrics http.Handler, log, lifecycle *zap.Logger) (stop func(), err error) {
+// without either it is not served. clock (--debug-manual-clock) moves the
+// conversations' clock; nil: no such route. stop closes what was opened.
+func serveSideListeners(cfg *config, metrics, clock http.Handler, log, lifecycle *zap.Logger) (stop func(), err error) {
 	var closers []func()
 	stop = func() {
 		for _, c := range closers {
@@ -37,6 +38,10 @@ func serveSideListeners(cfg *config, metrics http.Handler, log, lifecycle *zap.L
 		if !ownMetrics {
 			h.Handle("GET /metrics", metrics)
 			serves += ", /metrics"
+		}
+		if clock != nil { // --debug-manual-clock
+			h.Handle("POST /debug/clock", clock)
+			serves += ", /debug/clock"
 		}
 		ln, err := serveSide("debug", cfg.DebugAddr, h, log)
 		if err != nil {

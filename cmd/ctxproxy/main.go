@@ -181,6 +181,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 	}
 	defer closeSessions()
 
+	tracker, clock := cacheTracker(cfg)
 	srv, err := proxy.New(proxy.Config{
 		Upstream:            up,
 		Policies:            pols,
@@ -193,6 +194,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		Console:             consoleHandler(cfg, consoleParts{mem: mem, audit: audit, ledger: ledger, ring: ring, pols: pols, metrics: metrics, caps: capsOf, limits: lim.Store(), sessions: sessions}, log),
 		Keys:                ring,
 		Limits:              lim,
+		CacheTracker:        tracker,
 		Log:                 log,
 		MaxBody:             cfg.MaxBody,
 		ForwardWhileReading: cfg.ForwardWhileReading,
@@ -233,7 +235,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		}
 	}()
 
-	stopSide, err := serveSideListeners(cfg, metrics.Handler(), log, lifecycle)
+	stopSide, err := serveSideListeners(cfg, metrics.Handler(), clock, log, lifecycle)
 	if err != nil {
 		return err
 	}

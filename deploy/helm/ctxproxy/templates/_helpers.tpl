@@ -151,6 +151,10 @@ capabilities:
 - name: CTXPROXY_DEBUG_POISON_BUFFERS
   value: "true"
 {{- end }}
+{{- if .Values.debugManualClock }}
+- name: CTXPROXY_DEBUG_MANUAL_CLOCK
+  value: "true"
+{{- end }}
 - name: CTXPROXY_METRICS_ADDR
   value: {{ printf "0.0.0.0:%d" (int .Values.metricsPort) | quote }}
 {{- with .Values.trustedProxies }}
