@@ -80,11 +80,15 @@ func (p *Policy) RewriteBatch(body []byte, h http.Header) ([]byte, BatchInfo, er
 	if info.Requests == 0 {
 		return nil, info, badRequest("requests: the batch must have at least one request")
 	}
-	if p != nil && needsBeta && h != nil {
-		info.BetaAdded = MergeBeta(h, BetaContextManagement)
-	}
-	if p != nil && compact && h != nil {
-		MergeBeta(h, BetaCompact)
+	if p != nil && h != nil {
+		var bs Betas
+		if needsBeta {
+			bs |= BetasContextManagement
+		}
+		if compact {
+			bs |= BetasCompact
+		}
+		info.BetaAdded = bs.Merge(h)
 	}
 	if len(ops) == 0 {
 		return body, info, nil

@@ -13,6 +13,15 @@ const (
 	BetasCompact                             // BetaCompact
 )
 
+// addedBetas are the only values ctxproxy ever adds to a request's anthropic-beta, by Betas bit,
+// and each only when the outgoing body needs it. A test checks them against the pinned SDK's
+// constants: none may be deprecated (the API refuses some once they went GA), and none is added
+// for a request that does not use what it turns on. Values the client sent are the client's.
+var addedBetas = [...]string{BetaContextManagement, BetaCompact}
+
+// AddedBetas lists the values ctxproxy may add to anthropic-beta.
+func AddedBetas() []string { return append([]string(nil), addedBetas[:]...) }
+
 // Betas is what the rewrite merged into the headers: the context-management beta when the body
 // ends up with context_management or the memory tool, the compaction beta with a compact edit.
 func (i RewriteInfo) Betas() Betas {
@@ -30,11 +39,10 @@ func (i RewriteInfo) Betas() Betas {
 // one Rewrite would have made when the sets match. It reports whether the context-management
 // beta was added.
 func (bs Betas) Merge(h http.Header) (added bool) {
-	if bs&BetasContextManagement != 0 {
-		added = MergeBeta(h, BetaContextManagement)
-	}
-	if bs&BetasCompact != 0 {
-		MergeBeta(h, BetaCompact)
+	for i, beta := range addedBetas {
+		if bs&(1<<i) != 0 && MergeBeta(h, beta) && Betas(1<<i) == BetasContextManagement {
+			added = true
+		}
 	}
 	return added
 }
