@@ -4,7 +4,7 @@ go 1.26.7
 
 require (
 	github.com/andybalholm/brotli v1.3.0
-	github.com/anthropics/anthropic-sdk-go/v2 v2.17.0
+	github.com/anthropics/anthropic-sdk-go/v2 v2.18.0
 	github.com/chromedp/chromedp v0.14.2
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-redis/redis_rate/v10 v10.0.1
