@@ -106,7 +106,7 @@ func TestRewriteAddsOnlyTheBetasTheBodyNeeds(t *testing.T) {
 			if tt.client != "" {
 				h.Set("Anthropic-Beta", tt.client)
 			}
-			if _, _, err := testPolicy(t, tt.policy).Rewrite([]byte(tt.body), h, false); err != nil {
+			if _, _, err := testPolicy(t, tt.policy).Rewrite([]byte(tt.body), h); err != nil {
 				t.Fatal(err)
 			}
 			if got := strings.Join(h.Values("Anthropic-Beta"), ","); got != tt.want {
