@@ -8,7 +8,9 @@
 // Where ctxproxy differs from the hosted API:
 //   - a store is a tenant (id memstore_<tenant>, name <tenant>), or one
 //     key's store of a tenant with memory per key (the default tenant's:
-//     memstore_default~<key id>); stores are made and removed by policy
+//     memstore_default~<key id>), or one user's of a tenant with a scope
+//     per user (memstore_<tenant>~u-<hash>, name the user; it is also
+//     found as memstore_<tenant>~<user>); stores are made and removed by policy
 //     files and use, so create, update, archive and delete of a store
 //     answer 400;
 //   - a memory's path is the memory tool's without /memories;
@@ -24,6 +26,7 @@
 package memapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -46,6 +49,10 @@ type Config struct {
 	AdminToken string // "" : only tenants' operator tokens are accepted
 	Audit      *Audit // nil: calls are not audited (tests)
 	Log        *zap.Logger
+	// Users lists the users of a tenant's keys, so that a user's store
+	// (named by a hash of the user) is listed under the user's name; nil:
+	// listed under the store's own name.
+	Users func(ctx context.Context, tenant string) ([]string, error)
 }
 
 // API is the operator API's http.Handler.
@@ -195,7 +202,7 @@ type storeRef struct {
 func (a *API) store(w http.ResponseWriter, c *call) (storeRef, bool) {
 	id := c.r.PathValue("store")
 	name, ok := strings.CutPrefix(id, StoreIDPrefix)
-	p := a.cfg.Policies.Current().StoreOwner(name)
+	p, name := a.cfg.Policies.Current().ResolveStore(name)
 	if !ok || p == nil || (c.tenant != nil && c.tenant.Tenant != p.Tenant) {
 		apierr.Write(w, http.StatusNotFound, "not_found_error", "memory store "+quoteID(id)+" not found")
 		return storeRef{}, false

@@ -63,16 +63,26 @@ func newFixture(t *testing.T) *fixture { return newFixtureOn(t, nil) }
 
 // newFixtureOn serves the API over st (nil: a file store of its own).
 func newFixtureOn(t *testing.T, st memoryhook.Governed) *fixture {
+	return newFixtureWith(t, st, nil, nil)
+}
+
+// newFixtureWith is newFixtureOn with more policy files and the users of
+// the tenants' keys.
+func newFixtureWith(t *testing.T, st memoryhook.Governed, more map[string]string, users func(context.Context, string) ([]string, error)) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	pdir := filepath.Join(dir, "policies")
 	os.MkdirAll(pdir, 0o755)
-	for name, body := range map[string]string{
+	files := map[string]string{
 		"acme.yaml":   "tenant: acme\noperator_tokens_sha256: [" + hash(acmeOp) + "]\nmemory:\n  mode: proxy\n",
 		"globex.yaml": "tenant: globex\noperator_tokens_sha256: [" + hash(globexOp) + "]\n",
 		"default.yaml": "tenant: default\noperator_tokens_sha256: [" + hash(defOp) + "]\nmemory:\n  mode: proxy\n" +
 			"  history: { keep_days: 0 }\n",
-	} {
+	}
+	for name, body := range more {
+		files[name] = body
+	}
+	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(pdir, name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +104,7 @@ func newFixtureOn(t *testing.T, st memoryhook.Governed) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { audit.Close() })
-	srv := httptest.NewServer(New(Config{Store: st, Policies: pols, AdminToken: admin, Audit: audit}))
+	srv := httptest.NewServer(New(Config{Store: st, Policies: pols, AdminToken: admin, Audit: audit, Users: users}))
 	t.Cleanup(srv.Close)
 	return &fixture{t: t, srv: srv, st: st, pols: pols, audit: audit}
 }

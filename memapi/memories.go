@@ -1,6 +1,7 @@
 package memapi
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/ctxproxy/ctxproxy/internal/apierr"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
@@ -87,7 +90,9 @@ func page(w http.ResponseWriter, r *http.Request) (full bool, n int, ok bool) {
 }
 
 // listStores lists the tenants' stores the caller may see and, for a
-// tenant with memory per key, its keys' stores that have been used.
+// tenant with a scope per user or per key, those stores that have been
+// used: a user's under the user's name (the store's name where the
+// users are not known).
 func (a *API) listStores(w http.ResponseWriter, c *call) {
 	data := []any{}
 	set := a.cfg.Policies.Current()
@@ -95,8 +100,8 @@ func (a *API) listStores(w http.ResponseWriter, c *call) {
 		if c.tenant != nil && c.tenant.Tenant != p.Tenant {
 			continue
 		}
-		data = append(data, storeObj(storeRef{p, p.Tenant}))
-		if !p.MemoryPerKey() {
+		data = append(data, storeObj(storeRef{p, p.Tenant}, ""))
+		if !p.HasSubStores() {
 			continue
 		}
 		names, err := a.cfg.Store.SubStores(c.r.Context(), p.Tenant)
@@ -104,28 +109,59 @@ func (a *API) listStores(w http.ResponseWriter, c *call) {
 			a.storeError(w, c, err, "memory stores")
 			return
 		}
+		users := a.usersByStore(c.r.Context(), p.Tenant)
 		for _, name := range names {
 			if set.StoreOwner(name) == p {
-				data = append(data, storeObj(storeRef{p, name}))
+				data = append(data, storeObj(storeRef{p, name}, users[name]))
 			}
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"data": data, "next_page": nil})
 }
 
-func storeObj(p storeRef) map[string]any {
-	what := "tenant " + p.Tenant
-	if _, key, ok := strings.Cut(p.Name, policy.KeyStoreSep); ok {
-		what = "key " + key + " of tenant " + p.Tenant
+// usersByStore maps the stores of tenant's users to the users' names.
+func (a *API) usersByStore(ctx context.Context, tenant string) map[string]string {
+	out := map[string]string{}
+	if a.cfg.Users == nil {
+		return out
 	}
-	return map[string]any{"type": "memory_store", "id": storeID(p.Name), "name": p.Name,
+	users, err := a.cfg.Users(ctx, tenant)
+	if err != nil {
+		a.cfg.Log.Warn("memory stores listed without their users' names", zap.String("tenant", tenant), zap.Error(err))
+		return out
+	}
+	for _, u := range users {
+		out[policy.UserStore(tenant, u)] = u
+	}
+	return out
+}
+
+// storeObj is the API's memory_store for p; user is the user whose store
+// it is, when known (the store's name then).
+func storeObj(p storeRef, user string) map[string]any {
+	what, name := "tenant "+p.Tenant, p.Name
+	if _, sub, ok := strings.Cut(p.Name, policy.KeyStoreSep); ok {
+		switch {
+		case user != "":
+			what, name = "user "+user+" of tenant "+p.Tenant, user
+		case strings.HasPrefix(sub, policy.UserStorePrefix):
+			what = "a user of tenant " + p.Tenant
+		default:
+			what = "key " + sub + " of tenant " + p.Tenant
+		}
+	}
+	return map[string]any{"type": "memory_store", "id": storeID(p.Name), "name": name,
 		"description": "ctxproxy memory of " + what + " (" + p.File + ")", "metadata": map[string]string{},
 		"created_at": stamp(time.Unix(0, 0)), "updated_at": stamp(time.Unix(0, 0)), "archived_at": nil}
 }
 
 func (a *API) getStore(w http.ResponseWriter, c *call) {
 	if p, ok := a.store(w, c); ok {
-		writeJSON(w, http.StatusOK, storeObj(p))
+		user := ""
+		if p.HasSubStores() {
+			user = a.usersByStore(c.r.Context(), p.Tenant)[p.Name]
+		}
+		writeJSON(w, http.StatusOK, storeObj(p, user))
 	}
 }
 

@@ -17,7 +17,7 @@ func PruneAll(ctx context.Context, st memoryhook.Governed, pols *policy.Store, l
 	total := 0
 	for _, p := range pols.Current().Tenants() {
 		stores := []string{p.Tenant}
-		if p.MemoryPerKey() {
+		if p.HasSubStores() {
 			keys, err := st.SubStores(ctx, p.Tenant)
 			if err != nil && ctx.Err() == nil {
 				log.Error("memory history pruning failed: the keys' stores are not listed", zap.String("tenant", p.Tenant), zap.Error(err))

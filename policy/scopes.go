@@ -131,6 +131,26 @@ func MemoryUser(keyID, user string) string {
 	return "key:" + keyID
 }
 
+// HasSubStores reports whether the tenant keeps stores beside its own
+// (tenant~<key id>, tenant~u-<hash>): a scope per user or per key.
+func (p *Policy) HasSubStores() bool { return p.hasScope(ScopeKey) || p.hasScope(ScopeUser) }
+
+// ResolveStore finds the store an operator names: a store's own name
+// (see StoreOwner), or tenant~<user> for the store of a tenant's user
+// (a name of a key id's shape is the key's store). It returns the
+// owner and the store's own name; nil when there is none.
+func (s *Set) ResolveStore(name string) (*Policy, string) {
+	if p := s.StoreOwner(name); p != nil {
+		return p, name
+	}
+	tenant, user, ok := strings.Cut(name, KeyStoreSep)
+	p := s.Tenant(tenant)
+	if !ok || user == "" || p == nil || !p.hasScope(ScopeUser) {
+		return nil, ""
+	}
+	return p, UserStore(tenant, user)
+}
+
 // hasScope reports whether some scope of p keeps stores of kind k.
 func (p *Policy) hasScope(k ScopeStore) bool {
 	for _, s := range p.MemoryScopes() {

@@ -170,7 +170,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		return limits.Caps(ctx, lim.Store(), pols.Current(), tenant, time.Now())
 	}
 
-	memAPI, audit, stopMemAPI, err := memoryOperatorAPI(ctx, cfg, mem, pols, log)
+	memAPI, audit, stopMemAPI, err := memoryOperatorAPI(ctx, cfg, mem, pols, ring, log)
 	if err != nil {
 		return err
 	}

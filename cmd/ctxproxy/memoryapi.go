@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ctxproxy/ctxproxy/keys"
 	"github.com/ctxproxy/ctxproxy/memapi"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/ctxproxy/ctxproxy/policy"
@@ -30,7 +31,7 @@ func memoryAuditPath(cfg *config) string {
 // memoryOperatorAPI builds /v1/memory_stores over the memory store and
 // starts pruning its history in the background; stop ends both. The audit
 // log is returned for the console, which records its actions there too.
-func memoryOperatorAPI(ctx context.Context, cfg *config, mem memoryhook.Store, pols *policy.Store, log *zap.Logger) (http.Handler, *memapi.Audit, func(), error) {
+func memoryOperatorAPI(ctx context.Context, cfg *config, mem memoryhook.Store, pols *policy.Store, ring *keys.Keyring, log *zap.Logger) (http.Handler, *memapi.Audit, func(), error) {
 	st, ok := mem.(memoryhook.Governed)
 	if !ok {
 		return nil, nil, func() {}, nil
@@ -45,10 +46,31 @@ func memoryOperatorAPI(ctx context.Context, cfg *config, mem memoryhook.Store, p
 		defer close(done)
 		memapi.RunRetention(pctx, st, pols, log, retentionEvery)
 	}()
-	api := memapi.New(memapi.Config{Store: st, Policies: pols, AdminToken: cfg.AdminToken, Audit: audit, Log: log})
+	api := memapi.New(memapi.Config{Store: st, Policies: pols, AdminToken: cfg.AdminToken, Audit: audit, Log: log, Users: keyUsers(ring)})
 	return api, audit, func() {
 		cancel()
 		<-done
 		audit.Close()
 	}, nil
+}
+
+// keyUsers lists the users of a tenant's ctxproxy keys, so the operator
+// API names each user's store by its user.
+func keyUsers(ring *keys.Keyring) func(context.Context, string) ([]string, error) {
+	if ring == nil {
+		return nil
+	}
+	return func(ctx context.Context, tenant string) ([]string, error) {
+		ks, err := ring.List(ctx, tenant)
+		if err != nil {
+			return nil, err
+		}
+		var users []string
+		for _, k := range ks {
+			if k.User != "" {
+				users = append(users, k.User)
+			}
+		}
+		return users, nil
+	}
 }

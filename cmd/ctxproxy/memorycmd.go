@@ -26,7 +26,10 @@ import (
 	"github.com/ctxproxy/ctxproxy/policy"
 )
 
-const memoryUsage = `Usage: ctxproxy memory COMMAND --tenant T [flags] [args]
+const memoryUsage = `Usage: ctxproxy memory COMMAND --tenant T [--user U] [flags] [args]
+
+--user U works on user U's own store (a tenant with memory.scopes per user);
+purge --user U removes that user's store and history and nothing else.
 
 Commands:
   ls [--prefix /dir/]                 the tenant's memories
@@ -64,6 +67,7 @@ func runMemory(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	fs := flag.NewFlagSet("ctxproxy memory "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	tenant := fs.String("tenant", "", "the tenant, or default~KEYID for one key's store of the default tenant (required)")
+	user := fs.String("user", "", "the store of this user of the tenant (memory.scopes store: user)")
 	base := fs.String("url", getenv("CTXPROXY_URL"), "a running ctxproxy, e.g. http://127.0.0.1:8080 (env CTXPROXY_URL)")
 	token := fs.String("token", getenv("CTXPROXY_OPERATOR_TOKEN"), "operator or admin token (env CTXPROXY_OPERATOR_TOKEN)")
 	memStore := serveFlag("memory-store").define(fs, getenv, "without --url: file or a postgres:// URL")
@@ -95,8 +99,12 @@ func runMemory(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		fmt.Fprintln(stderr, "ctxproxy memory: --tenant is required")
 		return 2
 	}
+	store := *tenant
+	if *user != "" {
+		store = policy.UserStore(*tenant, *user)
+	}
 	c := &memoryCLI{ctx: ctx, client: http.DefaultClient, base: strings.TrimSuffix(*base, "/"), token: *token,
-		store: memapi.StoreIDPrefix + *tenant, out: stdout}
+		store: memapi.StoreIDPrefix + store, out: stdout}
 	if c.base == "" {
 		stop, err := c.local(ctx, &config{MemoryStore: *memStore, MemoryDir: *memDir, MemoryAudit: *audit}, *pols)
 		if err != nil {
