@@ -43,7 +43,9 @@ func (x *exchange) record(resp *http.Response, r tokens.Reply, meta replyMeta) {
 	x.acct.usage.Add(r.Usage)
 	if r.Iterations != nil {
 		x.acct.iterations = append(x.acct.iterations, r.Iterations...)
-		x.noteCompaction(resp.StatusCode, r)
+		if m, ok := x.measureOf(resp.StatusCode, r); ok {
+			x.acct.measures = append(x.acct.measures, m)
+		}
 	}
 	c := x.ledgerCall(resp)
 	c.Stream = x.req.info.Stream

@@ -24,25 +24,25 @@ type compactionMeasure struct {
 	compacted int64
 }
 
-// noteCompaction keeps the measure of a call that compacted, when the
-// tenant's policy asks for it. A threaded request is not measured: its body
-// lacks the history the thread holds.
-func (x *exchange) noteCompaction(status int, r tokens.Reply) {
+// measureOf is the measure to take of a call that compacted, when the
+// tenant's policy asks for it (record keeps it). A threaded request is not
+// measured: its body lacks the history the thread holds.
+func (x *exchange) measureOf(status int, r tokens.Reply) (compactionMeasure, bool) {
 	pol := x.who.pol
 	if status != http.StatusOK || pol == nil || pol.ContextManagement.Compact == nil ||
 		!pol.ContextManagement.Compact.MeasureSavings || x.req.info.Threaded || x.s.cfg.Recorder == nil {
-		return
+		return compactionMeasure{}, false
 	}
 	compacted, ok := compactedInput(r.Iterations)
 	if !ok {
-		return
+		return compactionMeasure{}, false
 	}
 	body, err := countBody(joinParts(x.loop.parts))
 	if err != nil {
 		x.s.log.Warn("compaction not measured", zap.String("tenant", x.who.label), zap.Error(err))
-		return
+		return compactionMeasure{}, false
 	}
-	x.acct.measures = append(x.acct.measures, compactionMeasure{body: body, compacted: compacted})
+	return compactionMeasure{body: body, compacted: compacted}, true
 }
 
 // compactedInput is what the model read after the last compaction of a

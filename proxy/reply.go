@@ -93,3 +93,16 @@ func copyReplyHeaders(dst, src http.Header) {
 	removeHopHeaders(dst)
 	dst.Del("Content-Length")
 }
+
+// startStream sends the status and the first reply's headers.
+func (x *exchange) startStream(sw *streamWriter, resp *http.Response) {
+	copyReplyHeaders(sw.w.Header(), resp.Header)
+	x.capHeaders(sw.w.Header())
+	x.out.status = http.StatusOK
+	sw.w.WriteHeader(http.StatusOK)
+	sw.started = true
+	sw.send(nil)
+}
+
+// streamed counts what the stream wrote, once it is over.
+func (x *exchange) streamed(sw *streamWriter) { x.out.n += sw.n }

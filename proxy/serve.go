@@ -13,9 +13,10 @@ import (
 // when the body goes upstream while it arrives), rewrite.go (the policy),
 // limits.go (caps and per-minute limits), upstream.go (build, send, retry;
 // credential.go scrubs), the reply (plain.go; stream.go with relay.go and
-// sse.go; loop.go the memory loop between rounds, threads.go its
-// continuations; reply.go the writers both use), and accounting.go (ledger
-// line, caps settle; trace.go the spans, compaction.go the measurements).
+// sse.go; loop.go the memory loop between rounds, memoryscope.go the stores
+// its calls see, threads.go its continuations; reply.go the writers both
+// use), and accounting.go (ledger line, caps settle; trace.go the spans,
+// compaction.go the measurements).
 //
 // Each phase's result is a field of its own, written once, by serve, from
 // what the phase returns; the later phases only read it. What changes while
@@ -30,7 +31,7 @@ import (
 // and roundEnd in loop.go, round in relay.go.
 type exchange struct {
 	s     *Server
-	r     *http.Request // the client's request (startServerSpan gives it the span's context)
+	r     *http.Request // the client's request, with the server span in its context
 	w     http.ResponseWriter
 	ep    endpoint
 	start time.Time
@@ -53,7 +54,7 @@ type exchange struct {
 // has answered the client itself.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, ep endpoint) {
 	x := &exchange{s: s, r: r, w: w, ep: ep, start: time.Now(), who: admission{label: "none"}}
-	x.startServerSpan(r.URL.Path)
+	x.r = x.startServerSpan(r.URL.Path)
 	defer x.finish()
 	var ok bool
 	if x.who, ok = x.admit(); !ok {

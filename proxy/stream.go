@@ -12,11 +12,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/internal/apierr"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 	"go.uber.org/zap"
 
+	"github.com/ctxproxy/ctxproxy/internal/apierr"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
@@ -234,19 +234,6 @@ func (x *exchange) endStream(sw *streamWriter, rd *round, round int, stop string
 		sw.send(appendSSE(nil, "message_stop", []byte(`{"type":"message_stop"}`)))
 	}
 }
-
-// startStream sends the status and the first reply's headers.
-func (x *exchange) startStream(sw *streamWriter, resp *http.Response) {
-	copyReplyHeaders(sw.w.Header(), resp.Header)
-	x.capHeaders(sw.w.Header())
-	x.out.status = http.StatusOK
-	sw.w.WriteHeader(http.StatusOK)
-	sw.started = true
-	sw.send(nil)
-}
-
-// streamed counts what the stream wrote, once it is over.
-func (x *exchange) streamed(sw *streamWriter) { x.out.n += sw.n }
 
 // idleReader cancels the upstream request when no byte arrives for idle.
 type idleReader struct {

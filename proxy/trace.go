@@ -29,15 +29,15 @@ type replyMeta struct {
 }
 
 // startServerSpan starts the request's server span, continuing an incoming
-// traceparent, and puts it in x.r's context.
-func (x *exchange) startServerSpan(route string) {
+// traceparent, and returns x.r with the span in its context.
+func (x *exchange) startServerSpan(route string) *http.Request {
 	t := x.s.cfg.Tracer
 	if !t.Enabled() {
-		return
+		return x.r
 	}
 	ctx, sp := t.StartServer(x.r, route)
-	x.r = x.r.WithContext(ctx)
 	x.spans.server = sp
+	return x.r.WithContext(ctx)
 }
 
 // startCallSpan starts the client span of one upstream call to path, which
