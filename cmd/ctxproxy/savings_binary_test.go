@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -107,6 +108,7 @@ func (s *savingsStack) advanceClocks(t *testing.T, d string) {
 type conversation struct {
 	key, system string
 	stream      bool
+	noCache     bool // no cache_control: the request caches nothing
 	messages    []json.RawMessage
 	replies     []string // each reply as the client got it (a stream: its events)
 }
@@ -123,9 +125,13 @@ func jsonString(s string) string { b, _ := json.Marshal(s); return string(b) }
 // tool use: a tool "read" with 4,000 bytes, a "note" with a line.
 func (c *conversation) call(t *testing.T, addr string) {
 	t.Helper()
-	body := fmt.Sprintf(`{"model":"claude-sonnet-4-5","max_tokens":256,"stream":%v,"cache_control":{"type":"ephemeral"},`+
+	cache := `"cache_control":{"type":"ephemeral"},`
+	if c.noCache {
+		cache = ""
+	}
+	body := fmt.Sprintf(`{"model":"claude-sonnet-4-5","max_tokens":256,"stream":%v,%s`+
 		`"system":%s,"tools":[{"name":"read","input_schema":{"type":"object"}},{"name":"note","input_schema":{"type":"object"}}],"messages":[%s]}`,
-		c.stream, jsonString(c.system), joinRaw(c.messages))
+		c.stream, cache, jsonString(c.system), joinRaw(c.messages))
 	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/messages", strings.NewReader(body))
 	req.Header.Set("X-Api-Key", c.key)
 	req.Header.Set("Anthropic-Version", "2023-06-01")
@@ -317,4 +323,102 @@ func mustDuration(t *testing.T, s string) time.Duration {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// The clearing call (the fourth) of a conversation whose previous calls something else
+// invalidated: the miss is recorded under its own cause and the edits are charged nothing.
+func TestBinaryCacheMissesOfOtherCausesAreNotChargedToTheEdits(t *testing.T) {
+	s := newSavingsStack(t)
+	n := 0
+	clearingCall := func(t *testing.T, tag string, before func(c *conversation)) gjson.Result {
+		t.Helper()
+		c := newConversation(savingsKey, tag, false)
+		for range 3 {
+			c.call(t, s.addr)
+		}
+		before(c)
+		c.call(t, s.addr)
+		n += 4
+		lines := s.lines(t, n, "clears")
+		return lines[len(lines)-1]
+	}
+	for _, tt := range []struct {
+		name, cause string
+		before      func(c *conversation)
+	}{
+		{"a pause longer than the TTL is expiry", "expiry", func(*conversation) { s.advanceClocks(t, "6m") }},
+		{"a changed system prompt is the system's", "system", func(c *conversation) { c.system = "You are a hasty agent." }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l := clearingCall(t, tt.name, tt.before)
+			C := l.Get("cleared_input_tokens").Int()
+			if C == 0 || l.Get("cache_missed_input_tokens").Int() == 0 || l.Get("cache_miss_cause").Str != tt.cause ||
+				l.Get("cache_effect").Str != "measured" || money(t, l, "cache_penalty_usd") != 0 || money(t, l, "savings_usd") != tokens.Money(C*sonnetRead) {
+				t.Errorf("want the miss under %s, no penalty, C×read saved: %s", tt.cause, l.Raw)
+			}
+		})
+	}
+	t.Run("a conversation without cache_control saves at the input price, as before", func(t *testing.T) {
+		c := newConversation(savingsKey, "uncached", false)
+		c.noCache = true
+		for range 4 {
+			c.call(t, s.addr)
+		}
+		n += 4
+		lines := s.lines(t, n, "clears")
+		l := lines[len(lines)-1]
+		C := l.Get("cleared_input_tokens").Int()
+		if C == 0 || cached(l) != 0 || l.Get("cache_effect").Str != "none" || money(t, l, "savings_usd") != tokens.Money(C*sonnetInput) {
+			t.Errorf("want C×input saved, cache_effect none: %s", l.Raw)
+		}
+	})
+}
+
+// msgIDs are the reply ids, which differ from one conversation to the next.
+var msgIDs = regexp.MustCompile(`msg_[A-Za-z0-9_]+`)
+
+// A client sees the bytes it would have seen had ctxproxy not asked the API's diagnosis: the
+// same conversation through a tenant that asks and one that does not (cache_diagnostics
+// false), plain and streamed, the system prompt changed on the fourth call so that the API
+// has a diagnosis (system_changed) to hide.
+func TestBinaryDiagnosticsCtxproxyAsksLeaveTheClientsBytesAlone(t *testing.T) {
+	s := newSavingsStack(t)
+	var asked []fakeapi.Request
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			tag := fmt.Sprintf("same %v", stream)
+			on, off := newConversation(savingsKey, tag, stream), newConversation(savingsKey+"-quiet", tag, stream)
+			for i := range 5 {
+				for _, c := range []*conversation{on, off} {
+					if i == 3 {
+						c.system = "You are a hasty agent."
+					}
+					c.call(t, s.addr)
+				}
+			}
+			for i := range on.replies {
+				a, b := msgIDs.ReplaceAllString(on.replies[i], "msg_X"), msgIDs.ReplaceAllString(off.replies[i], "msg_X")
+				if a != b {
+					t.Errorf("reply %d differs with cache_diagnostics:\n%s\nwithout:\n%s", i+1, a, b)
+				}
+			}
+			if !strings.Contains(on.replies[3], `"diagnostics":null`) {
+				t.Errorf("reply 4 has no diagnostics: null:\n%s", on.replies[3])
+			}
+		})
+	}
+	for _, r := range s.fake.Requests() {
+		if gjson.GetBytes(r.Body, "diagnostics").Exists() {
+			asked = append(asked, r)
+		}
+	}
+	if len(asked) != 10 {
+		t.Errorf("%d upstream requests asked the API's diagnosis, want the 10 of the tenant that asks", len(asked))
+	}
+	for _, r := range asked {
+		if gjson.GetBytes(r.Body, "messages.0.content").Str == "same false" && len(gjson.GetBytes(r.Body, "messages").Array()) > 1 &&
+			!strings.HasPrefix(gjson.GetBytes(r.Body, "diagnostics.previous_message_id").Str, "msg_") {
+			t.Errorf("a later call does not name its previous reply: %s", gjson.GetBytes(r.Body, "diagnostics").Raw)
+		}
+	}
 }
