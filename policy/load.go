@@ -70,7 +70,15 @@ func isPolicyFile(name string) bool {
 
 // LoadDir loads and validates every policy file in dir. When any file is bad it returns a nil Set
 // and LoadErrors listing every problem found (not just the first).
-func LoadDir(dir string) (*Set, error) {
+func LoadDir(dir string) (*Set, error) { return loadDir(dir, true) }
+
+// LoadDirWithoutKeys is LoadDir for the tools that read the policies but never call upstream
+// (`ctxproxy report`, `ctxproxy memory` on the store): the tenants' upstream keys
+// (upstream.api_key_env, api_key_file) are not read, so these tools run without the serving
+// process's secrets; every other check is LoadDir's.
+func LoadDirWithoutKeys(dir string) (*Set, error) { return loadDir(dir, false) }
+
+func loadDir(dir string, readKeys bool) (*Set, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("load policies: %w", err)
@@ -99,7 +107,7 @@ func LoadDir(dir string) (*Set, error) {
 			errs = append(errs, LoadError{File: path, Msg: err.Error()})
 			continue
 		}
-		p, fileErrs := parseFile(path, name, data)
+		p, fileErrs := parseFile(path, name, data, readKeys)
 		errs = append(errs, fileErrs...)
 		if p != nil && len(fileErrs) == 0 {
 			policies = append(policies, p)
@@ -124,14 +132,14 @@ func LoadDir(dir string) (*Set, error) {
 // Parse parses and validates one policy file's contents; name is the file's base name (it decides
 // whether the file is default.yaml). Cross-file checks (duplicate tenants and keys) are LoadDir's.
 func Parse(path string, data []byte) (*Policy, error) {
-	p, errs := parseFile(path, filepath.Base(path), data)
+	p, errs := parseFile(path, filepath.Base(path), data, true)
 	if len(errs) > 0 {
 		return nil, errs
 	}
 	return p, nil
 }
 
-func parseFile(path, name string, data []byte) (*Policy, LoadErrors) {
+func parseFile(path, name string, data []byte, readKeys bool) (*Policy, LoadErrors) {
 	ps := &parser{file: path}
 	root, err := yamldoc.Read(data)
 	var ye *yamldoc.Error
@@ -157,7 +165,10 @@ func parseFile(path, name string, data []byte) (*Policy, LoadErrors) {
 		return nil, ps.errs
 	}
 	p.File = path
-	if ps.readUpstreamKey(p, filepath.Dir(path), isDefault); len(ps.errs) > 0 {
+	if readKeys {
+		ps.readUpstreamKey(p, filepath.Dir(path), isDefault)
+	}
+	if len(ps.errs) > 0 {
 		return nil, ps.errs
 	}
 	if err := p.render(); err != nil {

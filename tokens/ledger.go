@@ -146,13 +146,18 @@ type BatchLedger interface {
 	AppendBatch(ctx context.Context, cs []Call) (int, error)
 }
 
+// FileLedgerPath is the path of a "file:PATH" ledger spec; ok is false for another spec.
+func FileLedgerPath(spec string) (path string, ok bool) {
+	rest, ok := strings.CutPrefix(spec, "file:")
+	return strings.TrimPrefix(rest, "//"), ok // file:///abs/path
+}
+
 // OpenLedger opens the ledger named by spec: "file:PATH" (JSON lines, created with its
 // directory) or "postgres://…" / "postgresql://…" (table created or migrated).
 func OpenLedger(ctx context.Context, spec string) (Ledger, error) {
 	switch {
 	case strings.HasPrefix(spec, "file:"):
-		path := strings.TrimPrefix(spec, "file:")
-		path = strings.TrimPrefix(path, "//") // file:///abs/path
+		path, _ := FileLedgerPath(spec)
 		if path == "" {
 			return nil, fmt.Errorf("open ledger %q: empty path", spec)
 		}

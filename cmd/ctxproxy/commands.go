@@ -6,12 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 
 	"github.com/ctxproxy/ctxproxy/policy"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
-// runValidate loads every policy file and the price table and prints
+// runValidate loads every policy file of DIR (else --policies) and the price table and prints
 // file:line problems (exit 1), or one summary line per tenant and the price
 // table in force (exit 0). A folder without tenant files is a problem too.
 func runValidate(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
@@ -19,7 +21,22 @@ func runValidate(args []string, stdout, stderr io.Writer, getenv func(string) st
 	fs.SetOutput(stderr)
 	dir := serveFlag("policies").define(fs, getenv, "")
 	prices := serveFlag("prices").define(fs, getenv, "")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: ctxproxy validate [flags] [DIR]\n\nChecks the policy files of DIR (default --policies) and the price table.\n\n")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	switch fs.NArg() {
+	case 0:
+	case 1:
+		*dir = fs.Arg(0)
+	default:
+		fmt.Fprintf(stderr, "ctxproxy validate: one folder at most, got %q\n", fs.Args())
 		return 2
 	}
 	ok := true
@@ -80,6 +97,14 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		fmt.Fprintln(stderr, "ctxproxy report: --group-by:", err)
 		return 2
 	}
+	// A report reads a ledger; it never starts one (OpenLedger creates a file
+	// ledger that is not there), so a mistyped --ledger is an error, not an empty report.
+	if path, ok := tokens.FileLedgerPath(*ledgerSpec); ok && path != "" {
+		if _, err := os.Stat(path); err != nil {
+			fmt.Fprintf(stderr, "ctxproxy report: no ledger at %s (--ledger, env CTXPROXY_LEDGER: the serving process's ledger): %v\n", path, unwrapPathErr(err))
+			return 1
+		}
+	}
 	ledger, err := tokens.OpenLedger(ctx, *ledgerSpec)
 	if err != nil {
 		fmt.Fprintln(stderr, "ctxproxy report:", err)
@@ -95,6 +120,9 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		fmt.Fprintln(stderr, "ctxproxy report:", err)
 		return 1
 	}
+	if *tenant != "" && rep.Total.Calls == 0 {
+		fmt.Fprintf(stderr, "ctxproxy report: tenant %q has no ledger lines%s\n", *tenant, periodNote(*since, *until))
+	}
 	write := tokens.WriteReportTable
 	if *asJSON {
 		write = tokens.WriteReportJSON
@@ -104,4 +132,25 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		return 1
 	}
 	return 0
+}
+
+// periodNote is " from SINCE", " until UNTIL", both, or "" for the whole ledger.
+func periodNote(since, until string) string {
+	s := ""
+	if since != "" {
+		s += " from " + since
+	}
+	if until != "" {
+		s += " until " + until
+	}
+	return s
+}
+
+// unwrapPathErr is a path error's cause alone (the path is said already).
+func unwrapPathErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -87,7 +88,35 @@ func (s flagSpec) define(fs *flag.FlagSet, getenv func(string) string, usage str
 	if usage == "" {
 		usage = s.usage
 	}
-	return fs.String(s.name, envOr(getenv, s.env, s.def), fmt.Sprintf("%s (env %s)", usage, s.env))
+	return envString(fs, getenv, s.name, s.env, s.def, fmt.Sprintf("%s (env %s)", usage, s.env))
+}
+
+// envString defines a string flag that starts as the environment variable
+// env (else def), while -h shows def: a value from the environment, often a
+// token or a URL with a password, is never printed as a default.
+func envString(fs *flag.FlagSet, getenv func(string) string, name, env, def, usage string) *string {
+	p := fs.String(name, envOr(getenv, env, def), usage)
+	fs.Lookup(name).DefValue = def
+	return p
+}
+
+// tokenEnv is the variable of --token, the operator or admin token that
+// `ctxproxy keys` and `ctxproxy memory` send; tokenEnvOld are its former
+// names, still read when it is unset.
+const tokenEnv = "CTXPROXY_TOKEN"
+
+var tokenEnvOld = []string{"CTXPROXY_OPERATOR_TOKEN", "CTXPROXY_ADMIN_TOKEN"}
+
+// tokenFlag defines --token (env CTXPROXY_TOKEN) on fs.
+func tokenFlag(fs *flag.FlagSet, getenv func(string) string, p *string) {
+	v := getenv(tokenEnv)
+	for _, old := range tokenEnvOld {
+		if v == "" {
+			v = getenv(old)
+		}
+	}
+	fs.StringVar(p, "token", v, "the admin token, or a tenant's operator token (env "+tokenEnv+")")
+	fs.Lookup("token").DefValue = ""
 }
 
 // boolFlags are the serve flags that are booleans: given bare, shown as
@@ -115,7 +144,7 @@ const usageHead = `Usage: ctxproxy [serve] [flags]
        ctxproxy COMMAND [flags]
 
 Commands:
-  serve      run the proxy (the default)
+  serve      run the proxy (the default, without a command)
   migrate    apply the PostgreSQL schemas of --memory-store and --ledger, then exit
   validate   check the policy files
   report     print the cost report from the ledger
@@ -123,9 +152,17 @@ Commands:
   keys       create, list, revoke or rotate ctxproxy keys (sk-ctx-…) of a running ctxproxy
   demo       run a scripted agent session against a fake Anthropic API
   version    print the version
+  help       print this help
 
 Flags of serve:
 `
+
+// printUsage writes `ctxproxy --help`: the commands, then serve's flags.
+func printUsage(w io.Writer) {
+	_, fs, _ := parseConfig("ctxproxy", nil, func(string) string { return "" }, serveFlags)
+	fs.SetOutput(w)
+	fs.Usage()
+}
 
 // parseConfig reads flags (args) over environment over defaults.
 func parseConfig(name string, args []string, getenv func(string) string, specs []flagSpec) (*config, *flag.FlagSet, error) {
@@ -147,9 +184,10 @@ func parseConfig(name string, args []string, getenv func(string) string, specs [
 			b := &boolString{s: def}
 			vals[s.name] = &b.s
 			fs.Var(b, s.name, usage)
+			fs.Lookup(s.name).DefValue = (&boolString{s: s.def}).String() // not the environment's
 			continue
 		}
-		vals[s.name] = fs.String(s.name, def, usage)
+		vals[s.name] = envString(fs, getenv, s.name, s.env, s.def, usage)
 	}
 	if err := fs.Parse(normaliseBoolFlags(args, boolFlags)); err != nil {
 		return nil, fs, err

@@ -24,7 +24,8 @@ const keysUsage = `Usage: ctxproxy keys create|ls|revoke|rotate --tenant T [flag
   revoke --tenant T ID
   rotate --tenant T [--grace 24h] ID
 
-Talks to a running ctxproxy's /admin/keys with the admin token.
+Talks to a running ctxproxy's /admin/keys (--url, env CTXPROXY_URL) with the
+admin token (--token, env CTXPROXY_TOKEN).
 `
 
 // keysCmd is one `ctxproxy keys` invocation.
@@ -89,7 +90,9 @@ func parseKeysFlags(verb string, args []string, stderr io.Writer, getenv func(st
 	fs := flag.NewFlagSet("ctxproxy keys "+verb, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.base, "url", envOr(getenv, "CTXPROXY_URL", "http://127.0.0.1:8080"), "ctxproxy's base URL (env CTXPROXY_URL)")
-	fs.StringVar(&c.token, "admin-token", getenv("CTXPROXY_ADMIN_TOKEN"), "the admin token (env CTXPROXY_ADMIN_TOKEN)")
+	fs.Lookup("url").DefValue = "http://127.0.0.1:8080" // -h never shows the environment's
+	fs.StringVar(&c.token, "admin-token", "", "the former name of --token")
+	tokenFlag(fs, getenv, &c.token)
 	fs.StringVar(&c.tenant, "tenant", "", "the tenant (required)")
 	fs.BoolVar(&c.asJSON, "json", false, "print JSON")
 	if verb == "create" {
@@ -122,7 +125,7 @@ func parseKeysFlags(verb string, args []string, stderr io.Writer, getenv func(st
 	case !needID && len(rest) > 0:
 		return nil, fmt.Errorf("unexpected argument %q", rest[0])
 	case c.token == "":
-		return nil, errors.New("--admin-token (or CTXPROXY_ADMIN_TOKEN) is required")
+		return nil, errors.New("--token (or CTXPROXY_TOKEN) is required: the admin token")
 	}
 	if needID {
 		c.id = rest[0]

@@ -38,7 +38,7 @@ func TestKeysCommandLine(t *testing.T) {
 	t.Run("without an admin token it says so", func(t *testing.T) {
 		var stderr strings.Builder
 		code := runKeys(context.Background(), []string{"ls", "--tenant", "acme"}, io.Discard, &stderr, func(string) string { return "" })
-		if code != 2 || !strings.Contains(stderr.String(), "--admin-token") {
+		if code != 2 || !strings.Contains(stderr.String(), "--token") {
 			t.Fatalf("exit %d: %s", code, stderr.String())
 		}
 	})

@@ -54,8 +54,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 			return runMemory(ctx, args[1:], stdout, stderr, getenv)
 		case "demo":
 			return runDemo(ctx, args[1:], stdout, stderr, getenv)
+		case "help":
+			printUsage(stdout)
+			return 0
 		case "serve":
 			args = args[1:]
+		default:
+			// Serving is the default only without a command: a mistyped one
+			// (ctxproxy reprot) must not start a server.
+			if !strings.HasPrefix(args[0], "-") {
+				fmt.Fprintf(stderr, "ctxproxy: unknown command %q\n\n", args[0])
+				printUsage(stderr)
+				return 2
+			}
 		}
 	}
 	cfg, _, err := parseConfig("ctxproxy", args, getenv, serveFlags)

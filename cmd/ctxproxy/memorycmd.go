@@ -43,7 +43,7 @@ Commands:
   purge --yes                         erase every memory and version of the tenant
 
 Over a running ctxproxy's operator API with --url and --token (env CTXPROXY_URL,
-CTXPROXY_OPERATOR_TOKEN), or straight on the store with --memory-store,
+CTXPROXY_TOKEN), or straight on the store with --memory-store,
 --memory-dir and --policies (as serve takes them; the file store only while no
 ctxproxy serves it).
 `
@@ -68,8 +68,9 @@ func runMemory(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	fs.SetOutput(stderr)
 	tenant := fs.String("tenant", "", "the tenant, or default~KEYID for one key's store of the default tenant (required)")
 	user := fs.String("user", "", "the store of this user of the tenant (memory.scopes store: user)")
-	base := fs.String("url", getenv("CTXPROXY_URL"), "a running ctxproxy, e.g. http://127.0.0.1:8080 (env CTXPROXY_URL)")
-	token := fs.String("token", getenv("CTXPROXY_OPERATOR_TOKEN"), "operator or admin token (env CTXPROXY_OPERATOR_TOKEN)")
+	base := envString(fs, getenv, "url", "CTXPROXY_URL", "", "a running ctxproxy, e.g. http://127.0.0.1:8080 (env CTXPROXY_URL)")
+	token := new(string)
+	tokenFlag(fs, getenv, token)
 	memStore := serveFlag("memory-store").define(fs, getenv, "without --url: file or a postgres:// URL")
 	memDir := serveFlag("memory-dir").define(fs, getenv, "without --url: the file store's folder")
 	pols := serveFlag("policies").define(fs, getenv, "without --url: the policies folder")

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// runCLI runs the built ctxproxy with args and only the environment env
+// (nothing of the test's own), and returns its exit code, stdout and stderr.
+func runCLI(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(binary(t), args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
+	cmd.Dir = t.TempDir() // no ./policies or ./data of the checkout
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return code, o.String(), e.String()
+}
+
+func TestBinaryCommandLine(t *testing.T) {
+	// A server that started would hold the port: listening on a free one
+	// proves nothing, so the command is given one no server could bind.
+	noServe := []string{"CTXPROXY_LISTEN=256.0.0.1:1"}
+	t.Run("an unknown command prints the usage and exits 2, serving nothing", func(t *testing.T) {
+		for _, cmd := range []string{"halp", "reprot"} {
+			code, stdout, stderr := runCLI(t, noServe, cmd)
+			if code != 2 || !strings.Contains(stderr, `unknown command "`+cmd+`"`) || !strings.Contains(stderr, "Usage: ctxproxy") || stdout != "" {
+				t.Errorf("ctxproxy %s: exit %d\nstdout %s\nstderr %s", cmd, code, stdout, stderr)
+			}
+			if strings.Contains(stderr, "listen") && strings.Contains(stderr, "256.0.0.1") {
+				t.Errorf("ctxproxy %s tried to serve: %s", cmd, stderr)
+			}
+		}
+	})
+	t.Run("help prints the usage and exits 0", func(t *testing.T) {
+		code, stdout, _ := runCLI(t, noServe, "help")
+		if code != 0 || !strings.Contains(stdout, "Usage: ctxproxy") || !strings.Contains(stdout, "-listen") {
+			t.Errorf("ctxproxy help: exit %d\n%s", code, stdout)
+		}
+	})
+	t.Run("-h never prints a secret from the environment as a default", func(t *testing.T) {
+		env := []string{"CTXPROXY_ADMIN_TOKEN=sekrit-admin", "CTXPROXY_TOKEN=sekrit-token", "CTXPROXY_OPERATOR_TOKEN=sekrit-op",
+			"CTXPROXY_MEMORY_STORE=postgres://u:sekrit-pw@db/x", "CTXPROXY_LEDGER=postgres://u:sekrit-pw@db/x", "CTXPROXY_URL=http://u:sekrit-pw@h"}
+		for _, args := range [][]string{{"-h"}, {"serve", "-h"}, {"keys", "ls", "-h"}, {"memory", "ls", "-h"}, {"report", "-h"}, {"migrate", "-h"}, {"validate", "-h"}} {
+			_, stdout, stderr := runCLI(t, env, args...)
+			if out := stdout + stderr; strings.Contains(out, "sekrit") || !strings.Contains(out, "-") {
+				t.Errorf("ctxproxy %v shows a secret:\n%s", args, out)
+			}
+		}
+	})
+	t.Run("keys and memory take the token as --token or CTXPROXY_TOKEN", func(t *testing.T) {
+		for _, args := range [][]string{{"keys", "ls", "-h"}, {"memory", "ls", "-h"}} {
+			_, _, stderr := runCLI(t, nil, args...)
+			if !strings.Contains(stderr, "-token") || !strings.Contains(stderr, "CTXPROXY_TOKEN") {
+				t.Errorf("ctxproxy %v:\n%s", args, stderr)
+			}
+		}
+	})
+}
+
+func TestBinaryValidateDir(t *testing.T) {
+	good, bad := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(good, "acme.yaml"), []byte("tenant: acme\n"), 0o644)
+	os.WriteFile(filepath.Join(bad, "acme.yaml"), []byte("tenant: acme\nmemroy: {}\n"), 0o644)
+	t.Run("validate DIR validates DIR", func(t *testing.T) {
+		if code, stdout, stderr := runCLI(t, nil, "validate", good); code != 0 || !strings.Contains(stdout, "acme") {
+			t.Errorf("good: exit %d\n%s%s", code, stdout, stderr)
+		}
+		if code, stdout, _ := runCLI(t, nil, "validate", bad); code != 1 || !strings.Contains(stdout, "acme.yaml:2") {
+			t.Errorf("bad: exit %d\n%s", code, stdout)
+		}
+	})
+	t.Run("two folders are a usage error", func(t *testing.T) {
+		if code, _, _ := runCLI(t, nil, "validate", good, bad); code != 2 {
+			t.Errorf("exit %d, want 2", code)
+		}
+	})
+}
+
+func TestBinaryReportRefuses(t *testing.T) {
+	dir := t.TempDir()
+	ledger := filepath.Join(dir, "ledger.jsonl")
+	t.Run("refuses a ledger that does not exist, and creates none", func(t *testing.T) {
+		code, _, stderr := runCLI(t, nil, "report", "--ledger", "file:"+ledger)
+		if code != 1 || !strings.Contains(stderr, "no ledger at "+ledger) {
+			t.Errorf("exit %d: %s", code, stderr)
+		}
+		if _, err := os.Stat(ledger); !os.IsNotExist(err) {
+			t.Errorf("the report created %s: %v", ledger, err)
+		}
+	})
+	if err := os.WriteFile(ledger, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pols := t.TempDir()
+	os.WriteFile(filepath.Join(pols, "acme.yaml"), []byte("tenant: acme\nupstream:\n  api_key_env: ACME_ANTHROPIC_KEY\nlimits:\n  spend: [{period: daily, usd: 10}]\n"), 0o644)
+	t.Run("works without the tenants' upstream secrets, and says when a tenant has no rows", func(t *testing.T) {
+		code, stdout, stderr := runCLI(t, nil, "report", "--ledger", "file:"+ledger, "--policies", pols, "--tenant", "acme")
+		if code != 0 || !strings.Contains(stderr, `tenant "acme" has no ledger lines`) || strings.Contains(stderr, "ACME_ANTHROPIC_KEY") {
+			t.Errorf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+		}
+	})
+	t.Run("usage errors exit 2", func(t *testing.T) {
+		for _, args := range [][]string{{"--group-by", "week"}, {"--no-such-flag"}, {"--since", "tomorrow"}} {
+			if code, _, stderr := runCLI(t, nil, append([]string{"report", "--ledger", "file:" + ledger}, args...)...); code != 2 {
+				t.Errorf("report %v: exit %d: %s", args, code, stderr)
+			}
+		}
+	})
+}
