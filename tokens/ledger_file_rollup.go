@@ -140,7 +140,7 @@ func (fr *fileRollup) save(r io.ReaderAt) error {
 		tmp.Close()
 		return fmt.Errorf("save ledger rollup %s: %w", fr.path, err)
 	}
-	if err := errors.Join(w.Flush(), tmp.Close()); err != nil {
+	if err := errors.Join(w.Flush(), tmp.Chmod(0o640), tmp.Close()); err != nil { // as the ledger
 		return fmt.Errorf("save ledger rollup %s: %w", fr.path, err)
 	}
 	if err := os.Rename(tmp.Name(), fr.path); err != nil {
