@@ -51,13 +51,19 @@ func reportFilters() []Filter {
 func checkReportsEqualScan(t *testing.T, l Ledger) {
 	t.Helper()
 	ctx := context.Background()
+	all, err := l.Query(ctx, Filter{}) // the full scan, filtered below as Query filters
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range reportFilters() {
+		var calls []Call
+		for i := range all {
+			if f.Match(&all[i]) {
+				calls = append(calls, all[i])
+			}
+		}
 		for _, g := range []string{GroupByModel, GroupByDay, GroupByKey, GroupByUser} {
 			got, err := RunReport(ctx, l, f, g)
-			if err != nil {
-				t.Fatal(err)
-			}
-			calls, err := l.Query(ctx, f)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -282,7 +288,7 @@ func TestFileRollups(t *testing.T) {
 		}
 		return l
 	}
-	calls := randomCalls(rand.New(rand.NewPCG(11, 3)), 900, rollupStart, 24*33)
+	calls := randomCalls(rand.New(rand.NewPCG(11, 3)), 600, rollupStart, 24*33)
 	t.Run("a process killed after its writes, before its rollup was saved", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "ledger.jsonl")
 		l := open(t, path)
@@ -327,11 +333,11 @@ func TestFileRollups(t *testing.T) {
 		dir := t.TempDir()
 		path := filepath.Join(dir, "ledger.jsonl")
 		l := open(t, path)
-		appendAll(t, l, calls[:400])
+		appendAll(t, l, calls[:250])
 		l.Close()
 		other := filepath.Join(dir, "other.jsonl")
 		lo := open(t, other)
-		appendAll(t, lo, calls[400:900])
+		appendAll(t, lo, calls[250:600])
 		lo.Close()
 		for name, damage := range map[string]func(){
 			"another ledger's rollup": func() { copyFile(t, other+".rollup", path+".rollup") },
