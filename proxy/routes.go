@@ -49,6 +49,11 @@ const maxUnescape = 4
 func classify(method, p string) (rt route, ok bool) {
 	canon := canonicalPath(p)
 	lower := strings.ToLower(canon)
+	if strings.HasPrefix(lower, "/v1/v1/") {
+		// A base URL with /v1 given to a client that adds /v1 itself:
+		// refused with a hint (notFound), never passed through unrewritten.
+		return route{status: http.StatusNotFound}, true
+	}
 	if !strings.HasPrefix(lower, pathMessages) {
 		// Not the Messages API: /v1/ paths pass through as they came.
 		return route{passthrough: true}, strings.HasPrefix(p, "/v1/")
@@ -141,8 +146,27 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", http.MethodPost)
 		apierr.Write(w, rt.status, "invalid_request_error", "method "+r.Method+" is not allowed on "+r.URL.Path+"; use POST")
 	default:
-		apierr.Write(w, rt.status, "not_found_error", "no route for "+r.Method+" "+r.URL.Path)
+		notFound(w, r)
 	}
+}
+
+// notFound answers 404 in the API's shape. A client whose
+// ANTHROPIC_BASE_URL has /v1 where it should not, or lacks it, is told
+// what to set: the official SDKs, Claude Code and LangChain add /v1
+// themselves; the Vercel AI SDK wants it in the base URL. ctxproxy does not
+// serve POST /messages: a wrong base URL is said once, not half-worked.
+func notFound(w http.ResponseWriter, r *http.Request) {
+	msg := "no route for " + r.Method + " " + r.URL.Path
+	lower := strings.ToLower(canonicalPath(r.URL.Path))
+	switch {
+	case strings.HasPrefix(lower, "/v1/v1/"):
+		msg += ": the base URL has /v1 once too often. Set ANTHROPIC_BASE_URL to ctxproxy's address without /v1 " +
+			"(http://HOST:PORT) for the official SDKs, Claude Code and LangChain, which add /v1 themselves"
+	case lower == "/messages" || strings.HasPrefix(lower, "/messages/"):
+		msg += ": ctxproxy serves the Messages API at /v1/messages. Set the base URL to ctxproxy's address with /v1 " +
+			"(http://HOST:PORT/v1) for clients that add only /messages (the Vercel AI SDK), and without /v1 for the official SDKs, Claude Code and LangChain"
+	}
+	apierr.Write(w, http.StatusNotFound, "not_found_error", msg)
 }
 
 // withPath is r for the canonical path p (what goes upstream and in logs).

@@ -261,3 +261,28 @@ func TestCountTokensIsInTheLedger(t *testing.T) {
 		t.Fatalf("a count is in the cost report: %+v", rep.Rows)
 	}
 }
+
+// A client given the wrong base URL gets a 404 that says what to set, and
+// nothing reaches the upstream unrewritten.
+func TestAWrongBaseURLIsToldWhatToSet(t *testing.T) {
+	h := newHarness(t)
+	for _, tc := range []struct {
+		name, path, want string
+	}{
+		{"without /v1 where the client wants it (the Vercel AI SDK)", "/messages", "(http://HOST:PORT/v1)"},
+		{"count_tokens without /v1", "/messages/count_tokens", "(http://HOST:PORT/v1)"},
+		{"with /v1 where the client adds it (the official SDKs)", "/v1/v1/messages", "without /v1"},
+		{"with /v1 for any other route", "/v1/v1/models", "without /v1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body := rawRequest(t, h.proxy.URL, http.MethodPost, tc.path, keyAcme, simpleBody)
+			if status != http.StatusNotFound || !isAPIError(body, "not_found_error") ||
+				!strings.Contains(body, "ANTHROPIC_BASE_URL") && !strings.Contains(body, "base URL") || !strings.Contains(body, tc.want) {
+				t.Fatalf("%d %s", status, body)
+			}
+		})
+	}
+	if n := len(h.fake.Requests()); n != 0 {
+		t.Fatalf("upstream saw %d requests", n)
+	}
+}

@@ -5,7 +5,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -158,9 +157,7 @@ func (s *Server) routes() *mux.Router {
 			apierr.Write(w, http.StatusNotFound, "not_found_error", "the admin endpoints are disabled; start ctxproxy with CTXPROXY_ADMIN_TOKEN (or --admin-token) set to enable them")
 		})
 	}
-	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		apierr.Write(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
-	})
+	r.NotFoundHandler = http.HandlerFunc(notFound)
 	return r
 }
 
