@@ -71,28 +71,43 @@ func (c *Console) moneyPage(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, "money", http.StatusOK, page{Title: p.Tenant + " · money", Tenant: p.Tenant, Data: d})
 }
 
-// barChart draws cost and savings per day as paired bars, on the server:
-// the page needs no script and no external request.
+// barChart draws cost and net savings per day as paired bars, on the server:
+// the page needs no script and no external request. Net savings below zero
+// (a clearing that cost the cache more than it saved) are bars below the zero
+// line.
 func barChart(pts []dayPoint) template.HTML {
 	const w, h, pad, left = 720, 220, 24, 64
-	maxV := 0.0
+	maxV, minV := 0.0, 0.0
 	for _, p := range pts {
 		maxV = max(maxV, p.Cost, p.Savings)
+		minV = min(minV, p.Savings)
+	}
+	span := maxV - minV
+	zero := float64(h) // the y of $0
+	if span > 0 {
+		zero = pad + maxV/span*float64(h-pad)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %d" role="img" aria-label="Cost and savings by day">`, w, h+40)
-	fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" class="axis"/>`, left, h, w-pad, h)
-	fmt.Fprintf(&b, `<text x="%d" y="%d" class="tick">$%.4f</text><text x="%d" y="%d" class="tick">$0</text>`, 2, pad, maxV, 2, h)
-	if maxV > 0 && len(pts) > 0 {
+	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %d" role="img" aria-label="Cost and net savings by day">`, w, h+40)
+	fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" class="axis"/>`, left, zero, w-pad, zero)
+	fmt.Fprintf(&b, `<text x="%d" y="%d" class="tick">$%.4f</text><text x="%d" y="%.1f" class="tick">$0</text>`, 2, pad, maxV, 2, zero)
+	if minV < 0 {
+		fmt.Fprintf(&b, `<text x="%d" y="%d" class="tick">-$%.4f</text>`, 2, h, -minV)
+	}
+	if span > 0 && len(pts) > 0 {
 		slot := float64(w-pad-left) / float64(len(pts))
 		bw := slot * 0.4
 		for i, p := range pts {
 			x := float64(left) + slot*float64(i) + slot*0.1
 			for j, v := range []float64{p.Cost, p.Savings} {
-				bh := (v / maxV) * float64(h-pad)
+				bh := (max(v, -v) / span) * float64(h-pad)
 				cls := [2]string{"cost", "savings"}[j]
+				y := zero - bh
+				if v < 0 {
+					cls, y = "savings negative", zero
+				}
 				fmt.Fprintf(&b, `<rect class="%s" x="%.1f" y="%.1f" width="%.1f" height="%.1f"><title>%s %s $%.6f</title></rect>`,
-					cls, x+bw*float64(j), float64(h)-bh, bw, bh, p.Day, cls, v)
+					cls, x+bw*float64(j), y, bw, bh, p.Day, [2]string{"cost", "net savings"}[j], v)
 			}
 			if i%7 == 0 || (i == len(pts)-1 && i%7 >= 3) {
 				fmt.Fprintf(&b, `<text x="%.1f" y="%d" class="tick">%s</text>`, x, h+16, p.Day[5:])
@@ -100,7 +115,7 @@ func barChart(pts []dayPoint) template.HTML {
 		}
 	}
 	fmt.Fprintf(&b, `<rect class="cost" x="%d" y="%d" width="10" height="10"/><text x="%d" y="%d" class="tick">cost</text>`, left, h+26, left+14, h+35)
-	fmt.Fprintf(&b, `<rect class="savings" x="%d" y="%d" width="10" height="10"/><text x="%d" y="%d" class="tick">savings (context editing, compaction)</text>`, left+70, h+26, left+84, h+35)
+	fmt.Fprintf(&b, `<rect class="savings" x="%d" y="%d" width="10" height="10"/><text x="%d" y="%d" class="tick">net savings (context editing, after its cache penalty)</text>`, left+70, h+26, left+84, h+35)
 	b.WriteString(`</svg>`)
 	// Every value written above is a number or a date the code formatted.
 	return template.HTML(b.String())
