@@ -151,6 +151,10 @@ func demo(ctx context.Context, o demoOptions, out, logOut io.Writer) error {
 		return err
 	}
 
+	if err := demoCacheSession(ctx, root, pr, p, log); err != nil {
+		return err
+	}
+
 	// Memory files as ctxproxy stored them.
 	p.f("\nMemory files (tenant %s, stored by ctxproxy under %s):\n", demoTenant, filepath.Join(memDir, demoTenant))
 	files, err := demoFiles(filepath.Join(memDir, demoTenant))
@@ -489,13 +493,18 @@ func (c *demoClient) noteCompaction(reply []byte) {
 }
 
 func (c *demoClient) post(ctx context.Context, body []byte) ([]byte, error) {
+	return c.postAs(ctx, demoKey, body)
+}
+
+// postAs is post with another tenant's key.
+func (c *demoClient) postAs(ctx context.Context, key string, body []byte) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/messages", bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Anthropic-Version", "2023-06-01")
-	req.Header.Set("X-Api-Key", demoKey)
+	req.Header.Set("X-Api-Key", key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("POST %s/v1/messages: %w", c.base, err)

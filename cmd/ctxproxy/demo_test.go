@@ -45,6 +45,11 @@ func TestDemoShowsMemoryFilesEditsAndCost(t *testing.T) {
 		"Ticket OPS-4521 is open",
 		"demo    claude-sonnet-4-6      4",
 		"COMPACTIONS  COMPACTION_USD",
+		// the prompt cache: a clearing first costs money (net savings negative), then pays off
+		"Conversation 4: an agent loop with prompt caching (top-level cache_control)",
+		"     4    4,299           0        2,446   4,522  edits      0.001290     0.015601  -0.014311    -0.014311",
+		"     5    4,299       2,446           66       0  -          0.001290     0.000000   0.001290    -0.013022",
+		"from call 16 the session's net savings are positive",
 		// the cost report table
 		"Cost report (13 upstream calls, from the ledger ctxproxy wrote):",
 		"COST_USD",
