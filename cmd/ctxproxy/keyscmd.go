@@ -215,7 +215,7 @@ func printKeys(w io.Writer, out any) {
 		if t == nil {
 			return "-"
 		}
-		return t.UTC().Format(time.RFC3339)
+		return tableTime(*t)
 	}
 	for _, k := range list {
 		user := k.User

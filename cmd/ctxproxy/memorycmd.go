@@ -283,13 +283,18 @@ func (c *memoryCLI) ls(prefix string) error {
 	return tw.Flush()
 }
 
+// shortTime is an API time as every table of the CLIs shows times (tableTime).
 func shortTime(s string) string {
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
 		return s
 	}
-	return t.UTC().Format("2006-01-02 15:04:05")
+	return tableTime(t)
 }
+
+// tableTime is how every table of ctxproxy's commands shows a time: RFC 3339
+// in UTC, to the second (keys ls, memory ls and history, the report's caps).
+func tableTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
 func (c *memoryCLI) cat(arg, version string) error {
 	if version != "" {

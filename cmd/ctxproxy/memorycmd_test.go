@@ -10,7 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/tokens"
 	"go.uber.org/zap"
+	"time"
 
 	"github.com/ctxproxy/ctxproxy/memapi"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
@@ -62,7 +64,7 @@ func TestMemoryCLI(t *testing.T) {
 	}
 	t.Run("ls prints a table of the memories", func(t *testing.T) {
 		out := must("ls", "--tenant", "acme")
-		if !regexp.MustCompile(`(?m)^PATH\s+SIZE\s+UPDATED\s+ID\s+VERSION\n/prefs.md\s+29\s+\S+ \S+\s+mem_\w+\s+memver_\w+\n$`).MatchString(out) {
+		if !regexp.MustCompile(`(?m)^PATH\s+SIZE\s+UPDATED\s+ID\s+VERSION\n/prefs.md\s+29\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\s+mem_\w+\s+memver_\w+\n$`).MatchString(out) {
 			t.Errorf("ls:\n%s", out)
 		}
 	})
@@ -160,5 +162,24 @@ func TestMemoryCLIOverURL(t *testing.T) {
 	}
 	if code := run(context.Background(), []string{"memory", "ls", "--tenant", "acme"}, &out, &errb, bad); code != 1 || !strings.Contains(errb.String(), "authentication_error") {
 		t.Errorf("a wrong token: %d %s", code, errb.String())
+	}
+}
+
+// Every table shows times alike: RFC 3339 in UTC, to the second.
+func TestTablesShowOneTimeFormat(t *testing.T) {
+	at := time.Date(2026, 12, 5, 13, 4, 5, 123456789, time.FixedZone("CET", 3600))
+	want := "2026-12-05T12:04:05Z"
+	if got := tableTime(at); got != want {
+		t.Errorf("tableTime = %s, want %s", got, want)
+	}
+	if got := shortTime(at.Format(time.RFC3339Nano)); got != want {
+		t.Errorf("memory's time = %s, want %s", got, want)
+	}
+	var b strings.Builder
+	if err := tokens.WriteCapsTable(&b, []tokens.CapRow{{Tenant: "acme", ResetsAt: at}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("the caps table shows its time otherwise:\n%s", b.String())
 	}
 }
