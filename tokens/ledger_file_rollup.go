@@ -290,10 +290,10 @@ type fileRollupView struct {
 }
 
 // rollupView brings the rollup up to the ledger's end and reads from there.
-func (l *FileLedger) rollupView(ctx context.Context) (rollupView, time.Duration, error) {
+func (l *FileLedger) rollupView(ctx context.Context) (rollupView, []time.Duration, error) {
 	r, err := os.Open(l.path)
 	if err != nil {
-		return nil, 0, fmt.Errorf("query ledger %s: %w", l.path, err)
+		return nil, nil, fmt.Errorf("query ledger %s: %w", l.path, err)
 	}
 	l.mu.Lock() // between two batches: a report sees the whole of each it sees
 	st, err := r.Stat()
@@ -302,7 +302,7 @@ func (l *FileLedger) rollupView(ctx context.Context) (rollupView, time.Duration,
 	if err != nil {
 		l.rollup.mu.Unlock()
 		r.Close()
-		return nil, 0, fmt.Errorf("query ledger %s: %w", l.path, err)
+		return nil, nil, fmt.Errorf("query ledger %s: %w", l.path, err)
 	}
 	size := st.Size()
 	if !st.Mode().IsRegular() {
@@ -312,9 +312,9 @@ func (l *FileLedger) rollupView(ctx context.Context) (rollupView, time.Duration,
 	if err != nil {
 		l.rollup.mu.Unlock()
 		r.Close()
-		return nil, 0, fmt.Errorf("query ledger %s: %w", l.path, err)
+		return nil, nil, fmt.Errorf("query ledger %s: %w", l.path, err)
 	}
-	return &fileRollupView{fr: &l.rollup, r: r, offset: offset, locked: true}, fileRollupWidth, nil
+	return &fileRollupView{fr: &l.rollup, r: r, offset: offset, locked: true}, []time.Duration{fileRollupWidth}, nil
 }
 
 func (v *fileRollupView) unlock() {
@@ -329,7 +329,7 @@ func (v *fileRollupView) close(context.Context) error {
 	return v.r.Close()
 }
 
-func (v *fileRollupView) addRollup(_ context.Context, b *reportBuilder, tenant string, from, to time.Time) error {
+func (v *fileRollupView) addRollup(_ context.Context, b *reportBuilder, _ time.Duration, tenant string, from, to time.Time) error {
 	if !v.locked {
 		return errors.New("ledger rollup read after the lines")
 	}

@@ -165,7 +165,26 @@ var PGSchema = pgmigrate.Schema{Name: "ledger", Versions: [][]string{
 	{
 		`DROP INDEX ctxproxy_ledger_tenant_time`,
 	},
+	// 11: the same sums per UTC day (hour is the day's start), written beside the hours' in the
+	// transaction of each batch: a month's report reads about 30 rows a tenant and model, not
+	// 720 (0.7 million rows for 100 tenants' month, seconds to sum on two cores).
+	{
+		`LOCK TABLE ctxproxy_ledger IN SHARE MODE`,
+		`CREATE TABLE ctxproxy_ledger_rollup_day (LIKE ctxproxy_ledger_rollup INCLUDING ALL) WITH (fillfactor = 80)`,
+		`INSERT INTO ctxproxy_ledger_rollup_day SELECT dim, tenant, date_trunc('day', hour, 'UTC'), value, sum(calls), sum(input_tokens),
+			sum(output_tokens), sum(cache_creation_input_tokens), sum(cache_read_input_tokens), sum(cleared_input_tokens),
+			sum(cleared_tool_uses), sum(cleared_thinking_turns), sum(cost_nano_usd), sum(savings_nano_usd), sum(price_unknown_calls),
+			sum(web_search_requests), sum(compactions), sum(compaction_cost_nano_usd), sum(compaction_savings_nano_usd),
+			sum(savings_gross_nano_usd), sum(cache_penalty_nano_usd), sum(cache_missed_input_tokens), sum(cache_effect_unknown_calls)
+			FROM ctxproxy_ledger_rollup GROUP BY 1, 2, 3, 4`,
+	},
 }}
+
+// pgRollupTables are the rollup tables by bucket width, widest first.
+var pgRollupTables = []struct {
+	width time.Duration
+	table string
+}{{24 * time.Hour, "ctxproxy_ledger_rollup_day"}, {time.Hour, "ctxproxy_ledger_rollup"}}
 
 // OpenPGLedger connects to url (a pgx connection string; search_path and other runtime
 // parameters may be given as query parameters) and migrates the schema.
@@ -219,7 +238,9 @@ func (l *PGLedger) AppendBatch(ctx context.Context, cs []Call) (int, error) {
 	}
 	var b pgx.Batch
 	b.Queue(sql.String(), args...)
-	b.Queue(pgRollupUpsert, pgRollupArgs(cs)...)
+	for _, t := range pgRollupTables {
+		b.Queue(pgRollupUpsert(t.table), pgRollupArgs(cs, t.width)...)
+	}
 	// A batch not in a transaction runs in one implicit transaction.
 	if err := l.pool.SendBatch(ctx, &b).Close(); err != nil {
 		return 0, fmt.Errorf("ledger append: %w", err)
@@ -227,8 +248,8 @@ func (l *PGLedger) AppendBatch(ctx context.Context, cs []Call) (int, error) {
 	return len(cs), nil
 }
 
-// pgRollupUpsert adds rows of sums (pgRollupArgs) to ctxproxy_ledger_rollup.
-var pgRollupUpsert = func() string {
+// pgRollupUpsert adds rows of sums (pgRollupArgs) to a rollup table.
+func pgRollupUpsert(table string) string {
 	var cols, arrays, set strings.Builder
 	for i, f := range rollupSums {
 		fmt.Fprintf(&cols, ", %s", f.col)
@@ -238,17 +259,17 @@ var pgRollupUpsert = func() string {
 		}
 		fmt.Fprintf(&set, "%s = r.%[1]s + excluded.%[1]s", f.col)
 	}
-	return `INSERT INTO ctxproxy_ledger_rollup AS r (dim, tenant, hour, value` + cols.String() + `)
+	return `INSERT INTO ` + table + ` AS r (dim, tenant, hour, value` + cols.String() + `)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[]` + arrays.String() + `)
 		ON CONFLICT (dim, tenant, hour, value) DO UPDATE SET ` + set.String()
-}()
+}
 
 // pgRollupArgs are the rollup rows of cs as the arrays of pgRollupUpsert, in key order so
 // that concurrent batches lock the rows they share in the same order.
-func pgRollupArgs(cs []Call) []any {
+func pgRollupArgs(cs []Call, width time.Duration) []any {
 	m := make(map[rollupKey]*Totals, len(cs))
 	for i := range cs {
-		rollupAdd(m, &cs[i], time.Hour)
+		rollupAdd(m, &cs[i], width)
 	}
 	keys := make([]rollupKey, 0, len(m))
 	for k := range m {
@@ -422,12 +443,16 @@ func pgWhere(f Filter, timeCol string, args []any) (string, []any) {
 
 // rollupView is one REPEATABLE READ, read-only transaction: the rollup and the lines a
 // report reads are from one snapshot, whatever is appended meanwhile.
-func (l *PGLedger) rollupView(ctx context.Context) (rollupView, time.Duration, error) {
+func (l *PGLedger) rollupView(ctx context.Context) (rollupView, []time.Duration, error) {
 	tx, err := l.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
-		return nil, 0, fmt.Errorf("query ledger: %w", err)
+		return nil, nil, fmt.Errorf("query ledger: %w", err)
 	}
-	return pgRollupView{tx}, time.Hour, nil
+	widths := make([]time.Duration, len(pgRollupTables))
+	for i, t := range pgRollupTables {
+		widths[i] = t.width
+	}
+	return pgRollupView{tx}, widths, nil
 }
 
 type pgRollupView struct{ tx pgx.Tx }
@@ -447,12 +472,18 @@ var pgRollupSums = func() string {
 	return s.String()
 }()
 
-func (v pgRollupView) addRollup(ctx context.Context, b *reportBuilder, tenant string, from, to time.Time) error {
+func (v pgRollupView) addRollup(ctx context.Context, b *reportBuilder, width time.Duration, tenant string, from, to time.Time) error {
+	table := ""
+	for _, t := range pgRollupTables {
+		if t.width == width {
+			table = t.table
+		}
+	}
 	dim, group := b.groupBy, "value"
 	if dim == GroupByDay { // a tenant's lines are its model rows
 		dim, group = GroupByModel, `to_char(hour AT TIME ZONE 'UTC', 'YYYY-MM-DD')`
 	}
-	sql := `SELECT tenant, ` + group + pgRollupSums + ` FROM ctxproxy_ledger_rollup WHERE dim = $1`
+	sql := `SELECT tenant, ` + group + pgRollupSums + ` FROM ` + table + ` WHERE dim = $1`
 	where, args := pgWhere(Filter{Tenant: tenant, Since: from, Until: to}, "hour", []any{dim})
 	sql += where
 	rows, err := v.tx.Query(ctx, sql+" GROUP BY 1, 2", args...)

@@ -76,25 +76,25 @@ func rollupAdd(m map[rollupKey]*Totals, c *Call, width time.Duration) {
 type rollupLedger interface {
 	Ledger
 	// rollupView opens one view of the store (a snapshot, or the file as it is now) for a
-	// report, with the width of its buckets.
-	rollupView(ctx context.Context) (rollupView, time.Duration, error)
+	// report, with the widths of the buckets it keeps, widest first.
+	rollupView(ctx context.Context) (rollupView, []time.Duration, error)
 }
 
 // rollupView reads one view of a store for a report; close ends it.
 type rollupView interface {
-	// addRollup adds to b the sums of tenant's lines ("" for all) in the whole buckets in
-	// [from, to) (zero: open), grouped as b is. A report calls it at most once, before
-	// addLines.
-	addRollup(ctx context.Context, b *reportBuilder, tenant string, from, to time.Time) error
+	// addRollup adds to b the sums of tenant's lines ("" for all) in the whole buckets of
+	// width in [from, to) (zero: open), grouped as b is. A report calls it, for each width
+	// widest first, before addLines.
+	addRollup(ctx context.Context, b *reportBuilder, width time.Duration, tenant string, from, to time.Time) error
 	// addLines adds to b the lines f selects, one by one.
 	addLines(ctx context.Context, b *reportBuilder, f Filter) error
 	close(ctx context.Context) error
 }
 
-// reportFromRollups builds f's report from l's rollups for the whole buckets in f's period and
-// from its lines for the parts of a bucket at either end.
+// reportFromRollups builds f's report from l's rollups for the whole buckets in f's period,
+// the widest that fit, and from its lines for the minutes at either end.
 func reportFromRollups(ctx context.Context, l rollupLedger, f Filter, groupBy string) (rep Report, err error) {
-	v, width, err := l.rollupView(ctx)
+	v, widths, err := l.rollupView(ctx)
 	if err != nil {
 		return Report{}, err
 	}
@@ -104,6 +104,19 @@ func reportFromRollups(ctx context.Context, l rollupLedger, f Filter, groupBy st
 		}
 	}()
 	b := newReportBuilder(groupBy)
+	if err := addPeriod(ctx, v, b, widths, f); err != nil {
+		return Report{}, err
+	}
+	return b.report(), nil
+}
+
+// addPeriod adds f's period to b: its whole buckets of widths[0] from the rollup, the parts
+// at either end with the next width, and what no width covers from the lines.
+func addPeriod(ctx context.Context, v rollupView, b *reportBuilder, widths []time.Duration, f Filter) error {
+	if len(widths) == 0 {
+		return v.addLines(ctx, b, f)
+	}
+	width := widths[0]
 	from, to := f.Since, f.Until // the whole buckets: [from, to)
 	if !from.IsZero() {
 		if from = from.UTC().Truncate(width); from.Before(f.Since) {
@@ -113,24 +126,19 @@ func reportFromRollups(ctx context.Context, l rollupLedger, f Filter, groupBy st
 	if !to.IsZero() {
 		to = to.UTC().Truncate(width)
 	}
-	if !from.IsZero() && !to.IsZero() && !from.Before(to) { // no whole bucket: every line read
-		if err := v.addLines(ctx, b, f); err != nil {
-			return Report{}, err
-		}
-		return b.report(), nil
+	if !from.IsZero() && !to.IsZero() && !from.Before(to) { // no whole bucket
+		return addPeriod(ctx, v, b, widths[1:], f)
 	}
-	if err := v.addRollup(ctx, b, f.Tenant, from, to); err != nil {
-		return Report{}, fmt.Errorf("read rollup: %w", err)
+	if err := v.addRollup(ctx, b, width, f.Tenant, from, to); err != nil {
+		return fmt.Errorf("read rollup: %w", err)
 	}
 	if !from.IsZero() && f.Since.Before(from) {
-		if err := v.addLines(ctx, b, Filter{Tenant: f.Tenant, Since: f.Since, Until: from}); err != nil {
-			return Report{}, err
+		if err := addPeriod(ctx, v, b, widths[1:], Filter{Tenant: f.Tenant, Since: f.Since, Until: from}); err != nil {
+			return err
 		}
 	}
 	if !to.IsZero() && to.Before(f.Until) {
-		if err := v.addLines(ctx, b, Filter{Tenant: f.Tenant, Since: to, Until: f.Until}); err != nil {
-			return Report{}, err
-		}
+		return addPeriod(ctx, v, b, widths[1:], Filter{Tenant: f.Tenant, Since: to, Until: f.Until})
 	}
-	return b.report(), nil
+	return nil
 }

@@ -225,8 +225,10 @@ func TestPGRollups(t *testing.T) {
 		}
 		defer l.Close()
 		checkReportsEqualScan(t, l)
-		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger_rollup`); n == 0 {
-			t.Fatal("no rollup rows: the reports were read from the lines")
+		for _, tb := range pgRollupTables {
+			if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.`+tb.table); n == 0 {
+				t.Fatalf("no rows in %s: the reports were read from elsewhere", tb.table)
+			}
 		}
 	})
 	t.Run("every sum has its column", func(t *testing.T) {
@@ -236,10 +238,12 @@ func TestPGRollups(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		for _, f := range rollupSums {
-			if n := db.QueryInt(t, `SELECT count(*) FROM information_schema.columns WHERE table_schema = $1
-				AND table_name = 'ctxproxy_ledger_rollup' AND column_name = $2`, db.Schema, f.col); n != 1 {
-				t.Errorf("no column %s", f.col)
+		for _, tb := range pgRollupTables {
+			for _, f := range rollupSums {
+				if n := db.QueryInt(t, `SELECT count(*) FROM information_schema.columns WHERE table_schema = $1
+					AND table_name = $2 AND column_name = $3`, db.Schema, tb.table, f.col); n != 1 {
+					t.Errorf("%s has no column %s", tb.table, f.col)
+				}
 			}
 		}
 	})
