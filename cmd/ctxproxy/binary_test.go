@@ -22,8 +22,8 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/internal/binaries"
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
-	"github.com/ctxproxy/ctxproxy/internal/stack"
 	"github.com/ctxproxy/ctxproxy/internal/testwait"
+	"github.com/ctxproxy/ctxproxy/stack"
 )
 
 // These tests drive the built binary, as a user would.

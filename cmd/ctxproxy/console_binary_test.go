@@ -18,8 +18,8 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/ctxproxy/ctxproxy/internal/pgtest"
-	"github.com/ctxproxy/ctxproxy/internal/stack"
 	"github.com/ctxproxy/ctxproxy/internal/testwait"
+	"github.com/ctxproxy/ctxproxy/stack"
 )
 
 // consoleGet is the body of a console page, read with c.

@@ -21,7 +21,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/internal/binaries"
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
-	"github.com/ctxproxy/ctxproxy/internal/stack"
+	"github.com/ctxproxy/ctxproxy/stack"
 )
 
 var screenshots = flag.String("screenshots", "", "folder where TestConsoleInBrowser saves its screenshots (default: a temp folder)")

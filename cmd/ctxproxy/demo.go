@@ -19,8 +19,8 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
-	"github.com/ctxproxy/ctxproxy/internal/stack"
 	"github.com/ctxproxy/ctxproxy/policy"
+	"github.com/ctxproxy/ctxproxy/stack"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
 

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
-	"github.com/ctxproxy/ctxproxy/internal/stack"
+	"github.com/ctxproxy/ctxproxy/stack"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
 

@@ -17,8 +17,8 @@ import (
 	"github.com/ctxproxy/ctxproxy/internal/binaries"
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
 	"github.com/ctxproxy/ctxproxy/internal/pgtest"
-	"github.com/ctxproxy/ctxproxy/internal/stack"
 	"github.com/ctxproxy/ctxproxy/keys"
+	"github.com/ctxproxy/ctxproxy/stack"
 )
 
 const (

@@ -13,8 +13,8 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
-	"github.com/ctxproxy/ctxproxy/internal/stack"
 	"github.com/ctxproxy/ctxproxy/internal/testwait"
+	"github.com/ctxproxy/ctxproxy/stack"
 )
 
 // largeFileBytes is the file planted in a tenant's folder: sparse, so it

@@ -16,7 +16,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/ctxproxy/ctxproxy/internal/binaries"
-	"github.com/ctxproxy/ctxproxy/internal/stack"
+	"github.com/ctxproxy/ctxproxy/stack"
 )
 
 // pricedModel is a model only the tests' prices files know.

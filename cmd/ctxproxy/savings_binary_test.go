@@ -17,7 +17,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
-	"github.com/ctxproxy/ctxproxy/internal/stack"
+	"github.com/ctxproxy/ctxproxy/stack"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
 

@@ -22,8 +22,8 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/internal/binaries"
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
-	"github.com/ctxproxy/ctxproxy/internal/stack"
 	"github.com/ctxproxy/ctxproxy/keys"
+	"github.com/ctxproxy/ctxproxy/stack"
 )
 
 // emptyKeyHash is sha256 of nothing: what `printf %s "$ANTHROPIC_API_KEY" | sha256sum` prints

@@ -16,7 +16,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/internal/binaries"
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
 	"github.com/ctxproxy/ctxproxy/internal/otlptest"
-	"github.com/ctxproxy/ctxproxy/internal/stack"
+	"github.com/ctxproxy/ctxproxy/stack"
 
 	"context"
 )

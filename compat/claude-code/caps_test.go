@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
-	"github.com/ctxproxy/ctxproxy/internal/stack"
+	"github.com/ctxproxy/ctxproxy/stack"
 )
 
 const keyCapped = "sk-ant-compat-claude-code-capped"

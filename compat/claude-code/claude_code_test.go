@@ -33,7 +33,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
 	"github.com/ctxproxy/ctxproxy/internal/npmlock"
-	"github.com/ctxproxy/ctxproxy/internal/stack"
+	"github.com/ctxproxy/ctxproxy/stack"
 )
 
 const (

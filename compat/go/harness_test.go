@@ -13,8 +13,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
-	"github.com/ctxproxy/ctxproxy/internal/stack"
 	"github.com/ctxproxy/ctxproxy/keys"
+	"github.com/ctxproxy/ctxproxy/stack"
 )
 
 // Tenant keys. The SDK sends them as it sends a real key; ctxproxy finds the

@@ -11,8 +11,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
-	"github.com/ctxproxy/ctxproxy/internal/stack"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
+	"github.com/ctxproxy/ctxproxy/stack"
 )
 
 const adminToken = "ctxproxy-compat-admin-token"

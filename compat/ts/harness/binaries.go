@@ -13,7 +13,7 @@ import (
 	"strings"
 
 	"github.com/ctxproxy/ctxproxy/internal/binaries"
-	"github.com/ctxproxy/ctxproxy/internal/stack"
+	"github.com/ctxproxy/ctxproxy/stack"
 )
 
 // runBinaries starts the fakeapi and ctxproxy binaries on 127.0.0.1:0, reads

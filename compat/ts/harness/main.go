@@ -26,8 +26,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/ctxproxy/ctxproxy/internal/stack"
 	ctxkeys "github.com/ctxproxy/ctxproxy/keys"
+	"github.com/ctxproxy/ctxproxy/stack"
 )
 
 // Tenant keys the node tests use (not real keys; the fake accepts any).

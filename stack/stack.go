@@ -1,7 +1,8 @@
 // Package stack runs the fake upstream (internal/fakeapi) and a ctxproxy in
 // front of it, both in process on 127.0.0.1 ephemeral ports, with the given
 // policy files and a file memory store: the set-up the compat suites and
-// `ctxproxy demo` share.
+// `ctxproxy demo` share. It builds a ctxproxy from the packages above
+// internal/, so it is not under internal/: nothing there imports upward.
 package stack
 
 import (
