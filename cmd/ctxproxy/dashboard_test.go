@@ -129,18 +129,27 @@ func TestDashboard(t *testing.T) {
 	}
 }
 
-// The provisioned datasource is the one every panel names, and the compose
-// file mounts the provisioning and dashboard folders where Grafana reads them.
+// Every panel reads the dashboard's datasource variable (a Prometheus
+// datasource the viewer picks, so the dashboard imports into any Grafana),
+// the compose file provisions Prometheus as the default datasource the
+// variable starts on, and mounts the provisioning and dashboard folders
+// where Grafana reads them.
 func TestDashboardProvisioning(t *testing.T) {
 	ds, err := os.ReadFile("../../deploy/grafana/provisioning/datasources/prometheus.yml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(ds), "uid: prometheus") {
-		t.Errorf("the datasource is not provisioned with uid prometheus, which the panels name")
+	if !strings.Contains(string(ds), "type: prometheus") || !strings.Contains(string(ds), "isDefault: true") {
+		t.Errorf("the provisioned Prometheus is not the default datasource:\n%s", ds)
 	}
 	b, _ := os.ReadFile("../../deploy/grafana/dashboards/ctxproxy.json")
 	var d struct {
+		Templating struct {
+			List []struct {
+				Name, Type string
+				Query      json.RawMessage
+			} `json:"list"`
+		} `json:"templating"`
 		Panels []struct {
 			Title      string `json:"title"`
 			Type       string `json:"type"`
@@ -152,8 +161,18 @@ func TestDashboardProvisioning(t *testing.T) {
 	if err := json.Unmarshal(b, &d); err != nil {
 		t.Fatal(err)
 	}
+	variable := false
+	for _, v := range d.Templating.List {
+		variable = variable || v.Name == "datasource" && v.Type == "datasource" && string(v.Query) == `"prometheus"`
+	}
+	if !variable {
+		t.Error("the dashboard has no datasource variable of Prometheus datasources")
+	}
+	if strings.Contains(string(b), `"uid": "prometheus"`) {
+		t.Error("the dashboard names a datasource by its uid, not by the variable")
+	}
 	for _, p := range d.Panels {
-		if p.Type != "row" && p.Datasource.UID != "prometheus" {
+		if p.Type != "row" && p.Datasource.UID != "${datasource}" {
 			t.Errorf("panel %q reads datasource %q", p.Title, p.Datasource.UID)
 		}
 	}

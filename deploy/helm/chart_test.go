@@ -50,6 +50,7 @@ func TestChartRendersValidObjects(t *testing.T) {
 		{name: "3 replicas on an existing Secret", values: []string{ciValues("replicas-existing-secret-values.yaml")}, replicas: 3, postgres: true, grace: 2 * time.Minute},
 		{name: "autoscaling and ServiceMonitor on", values: []string{ciValues("autoscaling-servicemonitor-values.yaml")}, postgres: true, grace: 30 * time.Second},
 		{name: "one pod on files", sets: []string{"replicaCount=1"}, replicas: 1, grace: 30 * time.Second},
+		{name: "the chart's own defaults", replicas: 1, grace: 30 * time.Second},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -274,7 +275,7 @@ func TestChartRefusesValuesNoPodCouldRunWith(t *testing.T) {
 		sets []string
 		want string
 	}{
-		{"the default 2 replicas without PostgreSQL", nil, "replicaCount 2 needs PostgreSQL (postgres.dsn or postgres.existingSecret)"},
+		{"2 replicas without PostgreSQL", []string{"replicaCount=2"}, "replicaCount 2 needs PostgreSQL (postgres.dsn or postgres.existingSecret)"},
 		{"autoscaling without PostgreSQL", []string{"replicaCount=1", "autoscaling.enabled=true"}, "autoscaling.enabled needs PostgreSQL"},
 		{"both a DSN and an existing Secret", []string{"postgres.dsn=postgres://a@b/c", "postgres.existingSecret=db"}, "set postgres.dsn or postgres.existingSecret, not both"},
 		{"a wrong type", []string{"replicaCount=1", "requireKnownTenant=maybe"}, "at '/requireKnownTenant': got string, want boolean"},
@@ -443,4 +444,38 @@ func keys(m map[string]string) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// A tenant with its own Anthropic key runs on the chart: api_key_env through extraEnv (from a
+// Secret), api_key_file through extraVolumes and extraVolumeMounts.
+func TestChartTakesExtraEnvAndVolumes(t *testing.T) {
+	r, err := render(t, chartDir, []string{writeValues(t, map[string]any{
+		"extraEnv": []any{map[string]any{"name": "ACME_ANTHROPIC_KEY",
+			"valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": "acme-key", "key": "key"}}}},
+		"extraVolumes":      []any{map[string]any{"name": "globex-key", "secret": map[string]any{"secretName": "globex-key"}}},
+		"extraVolumeMounts": []any{map[string]any{"name": "globex-key", "mountPath": "/keys/globex", "readOnly": true}},
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, c := r.deployment(t)
+	env := false
+	for _, e := range c.Env {
+		env = env || e.Name == "ACME_ANTHROPIC_KEY" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == "acme-key"
+	}
+	if !env {
+		t.Errorf("extraEnv is not in the container's env: %+v", c.Env)
+	}
+	vol := false
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		vol = vol || v.Name == "globex-key" && v.Secret != nil && v.Secret.SecretName == "globex-key"
+	}
+	mount, policies := false, false
+	for _, m := range c.VolumeMounts {
+		mount = mount || m.Name == "globex-key" && m.MountPath == "/keys/globex" && m.ReadOnly
+		policies = policies || m.Name == "policies" && m.MountPath == "/policies"
+	}
+	if !vol || !mount || !policies {
+		t.Errorf("extraVolumes / extraVolumeMounts not rendered beside the chart's own: %+v %+v", d.Spec.Template.Spec.Volumes, c.VolumeMounts)
+	}
 }
