@@ -175,7 +175,12 @@ func TestSpendCapExactAcrossTwoReplicas(t *testing.T) {
 	})
 
 	t.Run("ctxproxy report and /admin/report show spend against the caps", func(t *testing.T) {
-		out, err := exec.Command(binary(t), "report", "--json", "--ledger", "file:"+filepath.Join(t.TempDir(), "none.jsonl"),
+		// An empty ledger: report refuses one that does not exist.
+		empty := filepath.Join(t.TempDir(), "none.jsonl")
+		if err := os.WriteFile(empty, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(binary(t), "report", "--json", "--ledger", "file:"+empty,
 			"--policies", pols, "--limits-store", db.URL).CombinedOutput()
 		if err != nil {
 			t.Fatalf("report: %v\n%s", err, out)
