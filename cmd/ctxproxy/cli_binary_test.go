@@ -121,3 +121,28 @@ func TestBinaryReportRefuses(t *testing.T) {
 		}
 	})
 }
+
+// `ctxproxy memory` without --url does not write a file store a proxy is
+// serving, unless told --direct; reads go on.
+func TestBinaryMemoryRefusesToWriteAServedStore(t *testing.T) {
+	_, upURL := fakeUpstream(t)
+	mem := t.TempDir()
+	pols := binPolicies(t)
+	p := startProxy(t, "--upstream", upURL, "--policies", pols, "--memory-dir", mem,
+		"--ledger", "file:"+filepath.Join(t.TempDir(), "l.jsonl"))
+	local := []string{"--tenant", "acme", "--memory-dir", mem, "--policies", pols, "--memory-audit", filepath.Join(t.TempDir(), "a.jsonl")}
+	code, _, stderr := runCLI(t, nil, append([]string{"memory", "purge", "--yes"}, local...)...)
+	if code != 1 || !strings.Contains(stderr, "a ctxproxy is serving the file store") || !strings.Contains(stderr, "--direct") {
+		t.Errorf("purge under a proxy: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, nil, append([]string{"memory", "ls"}, local...)...); code != 0 {
+		t.Errorf("ls under a proxy: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, nil, append([]string{"memory", "purge", "--yes", "--direct"}, local...)...); code != 0 || !strings.Contains(stderr, "warning") {
+		t.Errorf("purge --direct: exit %d: %s", code, stderr)
+	}
+	p.Stop()
+	if code, _, stderr := runCLI(t, nil, append([]string{"memory", "purge", "--yes"}, local...)...); code != 0 {
+		t.Errorf("purge with no proxy serving: exit %d: %s", code, stderr)
+	}
+}

@@ -139,6 +139,13 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		return err
 	}
 	defer closeMem()
+	if !pgurl.Is(cfg.MemoryStore) { // the file store: `ctxproxy memory` must not write it under us
+		unlock, err := lockStore(storeLockPath(cfg.MemoryDir), false)
+		if err != nil {
+			return fmt.Errorf("memory store %s: %w (a `ctxproxy memory` command writing it?)", cfg.MemoryDir, err)
+		}
+		defer unlock()
+	}
 
 	pricesPath, pricesRequired := pricesFile(cfg)
 	prices, err := tokens.OpenPrices(pricesPath, pricesRequired)

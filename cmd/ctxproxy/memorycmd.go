@@ -18,6 +18,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/pgurl"
 	"github.com/tidwall/gjson"
 	"go.uber.org/zap"
 
@@ -44,8 +45,9 @@ Commands:
 
 Over a running ctxproxy's operator API with --url and --token (env CTXPROXY_URL,
 CTXPROXY_TOKEN), or straight on the store with --memory-store,
---memory-dir and --policies (as serve takes them; the file store only while no
-ctxproxy serves it).
+--memory-dir and --policies (as serve takes them). A write (restore, import,
+purge) to a file store a ctxproxy is serving is refused: write through it, or
+give --direct.
 `
 
 // memoryCLI is one `ctxproxy memory` run: an operator API client.
@@ -84,6 +86,7 @@ func runMemory(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		limit:   fs.Int("limit", 50, "history: at most this many"),
 		history: fs.Bool("history", false, "export: the versions too"),
 		yes:     fs.Bool("yes", false, "purge: yes, erase it all"),
+		direct:  fs.Bool("direct", false, "without --url: write the file store even while a ctxproxy serves it (its history and operator API will not see the write)"),
 	}
 	// Flags may come after the arguments too (cat /a.md --version V).
 	var pos []string
@@ -106,6 +109,21 @@ func runMemory(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	}
 	c := &memoryCLI{ctx: ctx, client: http.DefaultClient, base: strings.TrimSuffix(*base, "/"), token: *token,
 		store: memapi.StoreIDPrefix + store, out: stdout}
+	if c.base == "" && memoryWrites[cmd] && !pgurl.Is(*memStore) {
+		unlock, err := lockStore(storeLockPath(*memDir), true)
+		switch {
+		case errors.Is(err, errStoreBusy) && !*o.direct:
+			fmt.Fprintf(stderr, "ctxproxy memory %s: a ctxproxy is serving the file store %s: write through it (--url, --token), or stop it, or give --direct to write under it\n", cmd, *memDir)
+			return 1
+		case errors.Is(err, errStoreBusy):
+			fmt.Fprintf(stderr, "ctxproxy memory %s: warning: writing the file store %s while a ctxproxy serves it (--direct)\n", cmd, *memDir)
+		case err != nil:
+			fmt.Fprintln(stderr, "ctxproxy memory:", err)
+			return 1
+		default:
+			defer unlock()
+		}
+	}
 	if c.base == "" {
 		stop, err := c.local(ctx, &config{MemoryStore: *memStore, MemoryDir: *memDir, MemoryAudit: *audit}, *pols)
 		if err != nil {
@@ -124,7 +142,7 @@ func runMemory(ctx context.Context, args []string, stdout, stderr io.Writer, get
 type memoryOpts struct {
 	prefix, version, from, request, key *string
 	limit                               *int
-	history, yes                        *bool
+	history, yes, direct                *bool
 }
 
 // local serves the operator API in process over the store itself.
