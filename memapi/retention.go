@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ctxproxy/ctxproxy/keys"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/ctxproxy/ctxproxy/policy"
 )
@@ -52,5 +53,26 @@ func RunRetention(ctx context.Context, st memoryhook.Governed, pols *policy.Stor
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// KeyUsers lists the users of a tenant's ctxproxy keys (Config.Users), so
+// the API names each user's store by its user; nil without a keyring.
+func KeyUsers(ring *keys.Keyring) func(context.Context, string) ([]string, error) {
+	if ring == nil {
+		return nil
+	}
+	return func(ctx context.Context, tenant string) ([]string, error) {
+		ks, err := ring.List(ctx, tenant)
+		if err != nil {
+			return nil, err
+		}
+		var users []string
+		for _, k := range ks {
+			if k.User != "" {
+				users = append(users, k.User)
+			}
+		}
+		return users, nil
 	}
 }

@@ -151,7 +151,7 @@ func Start(cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.stops = append(s.stops, func() { _ = audit.Close() })
-	memAPI := memapi.New(memapi.Config{Store: mem, Policies: pols, AdminToken: cfg.AdminToken, Audit: audit, Log: log})
+	memAPI := memapi.New(memapi.Config{Store: mem, Policies: pols, AdminToken: cfg.AdminToken, Audit: audit, Log: log, Users: memapi.KeyUsers(s.Keys)})
 	srv, err := proxy.New(proxy.Config{Upstream: up, Policies: pols, Memory: mem, MemoryAPI: memAPI, Recorder: cfg.Recorder, Log: log, Keys: s.Keys})
 	if err != nil {
 		return nil, err

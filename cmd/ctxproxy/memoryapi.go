@@ -46,31 +46,10 @@ func memoryOperatorAPI(ctx context.Context, cfg *config, mem memoryhook.Store, p
 		defer close(done)
 		memapi.RunRetention(pctx, st, pols, log, retentionEvery)
 	}()
-	api := memapi.New(memapi.Config{Store: st, Policies: pols, AdminToken: cfg.AdminToken, Audit: audit, Log: log, Users: keyUsers(ring)})
+	api := memapi.New(memapi.Config{Store: st, Policies: pols, AdminToken: cfg.AdminToken, Audit: audit, Log: log, Users: memapi.KeyUsers(ring)})
 	return api, audit, func() {
 		cancel()
 		<-done
 		audit.Close()
 	}, nil
-}
-
-// keyUsers lists the users of a tenant's ctxproxy keys, so the operator
-// API names each user's store by its user.
-func keyUsers(ring *keys.Keyring) func(context.Context, string) ([]string, error) {
-	if ring == nil {
-		return nil
-	}
-	return func(ctx context.Context, tenant string) ([]string, error) {
-		ks, err := ring.List(ctx, tenant)
-		if err != nil {
-			return nil, err
-		}
-		var users []string
-		for _, k := range ks {
-			if k.User != "" {
-				users = append(users, k.User)
-			}
-		}
-		return users, nil
-	}
 }

@@ -78,7 +78,18 @@ memory:
 `),
 		// vault: ctxproxy holds its Anthropic key (a mounted secret file); its
 		// clients get ctxproxy keys (keys["vault"], minted at start).
-		"vault.yaml": "tenant: vault\nmemory:\n  mode: proxy\nupstream:\n  api_key_file: vault.key\n",
+		// Its memory is scoped: a shared read-only team folder, the rest each
+		// user's own; vaultOperatorToken is its operators'.
+		"vault.yaml": `tenant: vault
+operator_tokens_sha256: ["` + stack.KeyHash(vaultOperatorToken) + `"]
+memory:
+  mode: proxy
+  scopes:
+    - {path: /memories/team, store: tenant, model_access: read}
+    - {path: /memories, store: user}
+upstream:
+  api_key_file: vault.key
+`,
 		"vault.key":  vaultUpstreamKey + "\n",
 	}
 }
@@ -86,6 +97,9 @@ memory:
 // operatorToken is tenant agent's memory operator token
 // (operator_tokens_sha256): the SDK's memoryStores client uses it as apiKey.
 const operatorToken = "ctxproxy-compat-ts-agent-operator"
+
+// vaultOperatorToken is tenant vault's memory operator token.
+const vaultOperatorToken = "ctxproxy-compat-ts-vault-operator"
 
 // vaultUpstreamKey is tenant vault's own key: what the fake must see for
 // every request made with the vault's ctxproxy key.
@@ -111,6 +125,8 @@ type ready struct {
 	VaultUpstreamKey string `json:"vault_upstream_key"`
 	// OperatorToken is tenant agent's memory operator token.
 	OperatorToken string `json:"operator_token"`
+	// VaultOperatorToken is tenant vault's.
+	VaultOperatorToken string `json:"vault_operator_token"`
 }
 
 func main() {
@@ -134,7 +150,7 @@ func run() error {
 		if bin == "" || fbin == "" {
 			return errors.New("set both CTXPROXY_BIN and FAKEAPI_BIN, or neither")
 		}
-		info := ready{Mode: "binaries", VaultUpstreamKey: vaultUpstreamKey, OperatorToken: operatorToken}
+		info := ready{Mode: "binaries", VaultUpstreamKey: vaultUpstreamKey, OperatorToken: operatorToken, VaultOperatorToken: vaultOperatorToken}
 		if info.Policies, info.MemoryDir, err = stack.Layout(root, policies()); err != nil {
 			return err
 		}
@@ -160,7 +176,7 @@ func run() error {
 		return err
 	}
 	return serveUntilDone(ctx, ready{Mode: "in-process", Proxy: s.ProxyURL, Fake: s.FakeURL, MemoryDir: s.MemoryDir, Policies: s.PoliciesDir,
-		Keys: withKeys(vault), VaultUpstreamKey: vaultUpstreamKey, OperatorToken: operatorToken})
+		Keys: withKeys(vault), VaultUpstreamKey: vaultUpstreamKey, OperatorToken: operatorToken, VaultOperatorToken: vaultOperatorToken})
 }
 
 // serveUntilDone announces info and waits for the parent to close our stdin

@@ -40,6 +40,7 @@ class Harness {
     this.memoryDir = info.memory_dir;
     this.keys = info.keys;
     this.operatorToken = info.operator_token;
+    this.vaultOperatorToken = info.vault_operator_token;
     this.child = child;
     this.exited = exited;
   }

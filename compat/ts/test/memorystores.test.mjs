@@ -90,3 +90,29 @@ test('a memory the model wrote is attributed to its key, request and message', a
   assert.match(v.created_by.request_id, /^req_/);
   assert.match(v.created_by.upstream_message_id, /^msg_/);
 });
+
+test('with memory.scopes, the memory stores client lists the user\'s own store by name and reads what the model wrote there', async () => {
+  await h.reset();
+  await h.turns(
+    { content: [memory({ command: 'create', path: '/memories/notes.md', file_text: 'node\'s notes\n' })] },
+    { content: [memory({ command: 'create', path: '/memories/team/x.md', file_text: 'x' })] },
+    { content: [text('Noted.')] },
+  );
+  const client = new Anthropic({ baseURL: h.proxyURL, apiKey: h.keys.vault });
+  await client.messages.create({ model: 'claude-sonnet-4-5', max_tokens: 256, messages: [{ role: 'user', content: 'note it' }] });
+  const last = (await h.requests('/v1/messages')).at(-1);
+  const result = last.messages.at(-1).content[0];
+  assert.equal(result.content, 'Error: /memories/team is read-only; ask an operator to change it.');
+  assert.equal(result.is_error, true);
+
+  const op = new Anthropic({ baseURL: h.proxyURL, apiKey: h.vaultOperatorToken });
+  const stores = [];
+  for await (const s of op.beta.memoryStores.list()) stores.push([s.id, s.name]);
+  const mine = stores.find(([, name]) => name === 'node');
+  assert.ok(mine, JSON.stringify(stores));
+  assert.match(mine[0], /^memstore_vault~u-[0-9a-f]{16}$/);
+  assert.ok(stores.every(([id]) => id.startsWith('memstore_vault')), 'only the tenant\'s stores');
+  const listed = [];
+  for await (const m of op.beta.memoryStores.memories.list(mine[0], { view: 'full' })) listed.push([m.path, m.content]);
+  assert.deepEqual(listed, [['/notes.md', 'node\'s notes\n']]);
+});
