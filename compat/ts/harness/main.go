@@ -90,7 +90,7 @@ memory:
 upstream:
   api_key_file: vault.key
 `,
-		"vault.key":  vaultUpstreamKey + "\n",
+		"vault.key": vaultUpstreamKey + "\n",
 	}
 }
 
