@@ -14,6 +14,27 @@ func BenchmarkExecFileStore(b *testing.B) {
 	}
 	defer st.Close()
 	sc := Scope{Tenant: "bench"}
+	benchExec(b, st, sc)
+}
+
+// BenchmarkExecScoped is the same commands through scopes and the gate (a
+// user's store at /memories, the tenant's read-only one at
+// /memories/team): what routing, the merged listing and the secret scan
+// add.
+func BenchmarkExecScoped(b *testing.B) {
+	st, err := NewFileStore(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	team, _ := ParsePath("/memories/team")
+	root, _ := ParsePath("/memories")
+	sc := Scope{Tenant: "bench", Mounts: []Mount{{At: team, Store: "bench", ReadOnly: true}, {At: root, Store: "bench~0123abcd"}},
+		Gate: &Gate{RefuseSecrets: true}}
+	benchExec(b, st, sc)
+}
+
+func benchExec(b *testing.B, st Store, sc Scope) {
 	ctx := context.Background()
 	if r := Exec(ctx, st, sc, []byte(`{"command":"create","path":"/memories/notes.md","file_text":"remember this\n"}`)); r.IsError {
 		b.Fatal(r.Content)
