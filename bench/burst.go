@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// The after-burst check of the -long run (issue 20). A long-running ctxproxy
+// The after-burst check of the -long run. A long-running ctxproxy
 // was seen 60–90 µs slower at one connection than a fresh copy of the same
 // binary after a burst of 500 streams, and recovered slowly. burstRun
 // measures it: one-connection latency of row 4's tenant on a fresh binary,

@@ -1,10 +1,10 @@
 // Command bench measures what ctxproxy costs next to a bare reverse proxy
-// (issue 6). It starts the fake upstream and, one after another in the same
+// . It starts the fake upstream and, one after another in the same
 // run, drives the same load at the fake directly, a bare
 // httputil.ReverseProxy, and ctxproxy with three tenants (policy off;
 // enforcing edits and injecting the memory tool; memory proxy mode with one
 // memory call per request), nginx when it is installed, and what caps,
-// tracing and memory history cost (issue 20), then prints one markdown
+// tracing and memory history cost, then prints one markdown
 // table.
 //
 //	go run ./bench -quick            # a minute or two
@@ -62,7 +62,7 @@ type config struct {
 	keep        bool
 	repeat      int
 
-	reports      string // issue 33: time the reports on this ledger instead of the table
+	reports      string // time the reports on this ledger instead of the table
 	reportsMonth string
 }
 
@@ -219,13 +219,13 @@ type rowSpec struct {
 var allRows = []rowSpec{
 	{id: "1", name: "fake upstream, direct", kind: "direct", key: keyEnforce},
 	{id: "1r", name: "fake direct, body as row 4 rewrites it", kind: "direct", key: keyEnforce, rewritten: true, loads: []string{"small", "large"}},
-	{id: "2", name: "bare httputil.ReverseProxy, no BufferPool (the \"bare\" of runs before issue 20)", kind: "bare", key: keyEnforce},
+	{id: "2", name: "bare httputil.ReverseProxy, no BufferPool (the \"bare\" of earlier runs)", kind: "bare", key: keyEnforce},
 	{id: "2p", name: "bare httputil.ReverseProxy + BufferPool", kind: "bare", pool: true, key: keyEnforce},
 	{id: "3", name: "ctxproxy, policy off", kind: "ctxproxy", key: keyOff},
 	{id: "4", name: "ctxproxy, enforce edits + inject memory tool", kind: "ctxproxy", key: keyEnforce},
 	{id: "5", name: "ctxproxy, memory proxy (1 memory call/request)", kind: "ctxproxy", key: keyMemory, memory: true},
 	{id: "4i", name: "ctxproxy as 4, --log-level=info", kind: "ctxproxy", key: keyEnforce, logLevel: "info", loads: []string{"small"}},
-	// Enforcement cost (issue 16): row 4 plus spend caps (tenant and per-user) and per-minute
+	// Enforcement cost: row 4 plus spend caps (tenant and per-user) and per-minute
 	// limits on every request, with the counters in each store.
 	{id: "4c", name: "ctxproxy as 4 + caps and rate limits, in memory", kind: "ctxproxy", key: keyLimited, loads: []string{"small"},
 		caps: true, args: []string{"--limits-store", "memory"}},
@@ -247,7 +247,7 @@ var allRows = []rowSpec{
 	// says how long each request waited on the upstream.
 	{id: "5i", name: "ctxproxy as 5, --log-level=info (its own time per memory round, from the request log)", kind: "ctxproxy",
 		key: keyMemory, memory: true, logLevel: "info", loads: []string{"small"}},
-	// Feature cost (issue 20): each feature configured but not triggered,
+	// Feature cost: each feature configured but not triggered,
 	// then active, beside the row that has it off (4, or 5 for memory).
 	{id: "4c0", name: "ctxproxy as 4, caps and rate limits configured for another tenant only", kind: "ctxproxy", key: keyEnforce,
 		loads: []string{"small"}, caps: true},

@@ -19,7 +19,7 @@ import (
 )
 
 // Row N is nginx in front of the same fake upstream: the reverse proxy most
-// deployments would otherwise put there (issue 20 wants ctxproxy ahead of
+// deployments would otherwise put there (ctxproxy aims to be ahead of
 // it on 1 MiB transcripts). The bench starts Debian's nginx itself, as its
 // own process tree, with a config written into the run's work folder: every
 // path nginx writes (pid, lock, temp folders, error log) is under that

@@ -67,7 +67,7 @@ type microResult struct {
 	bytesPerOp  float64
 	allocsPerOp float64
 	err         error
-	target      bool // issue 20's rewrite target is checked on this one
+	target      bool // the rewrite target is checked on this one
 }
 
 // measure runs f for about d and reports time and allocations per call.

@@ -24,10 +24,10 @@ func (cl *cell) cpuPer() time.Duration {
 	return cl.cpu / time.Duration(cl.cpuN)
 }
 
-// targets prints issue 20's targets, each PASS or MISS, then the earlier
+// targets prints the bench's targets, each PASS or MISS, then the earlier
 // issues' targets that still hold.
 func (r *runner) targets(b *strings.Builder, micro []microResult) {
-	b.WriteString("\n### Targets (issue 20)\n\n")
+	b.WriteString("\n### Targets\n\n")
 	r.bareTargets(b)
 	r.nginxTarget(b)
 	for _, m := range micro {
@@ -46,7 +46,7 @@ func (r *runner) targets(b *strings.Builder, micro []microResult) {
 	b.WriteString("- feature cost (caps, history, tracing; off, configured, active): see the next section\n")
 	r.upstreamShare(b)
 
-	b.WriteString("\n### Earlier targets (issue 6), still checked\n\n")
+	b.WriteString("\n### Earlier targets, still checked\n\n")
 	r.streamTargets(b)
 	b.WriteString("- growth over 5 minutes: see `go run ./bench -long`\n")
 }
@@ -147,7 +147,7 @@ func (r *runner) streamTargets(b *strings.Builder) {
 }
 
 // featureCost prints each feature's rows against the row that has it off
-// (issue 20: configured but not triggered, and active, each its own row).
+// (the targets: configured but not triggered, and active, each its own row).
 func (r *runner) featureCost(b *strings.Builder) {
 	pairs := []struct{ what, row, off string }{
 		{"spend caps + rate limits configured for another tenant, none for this one", "4c0", "4"},
@@ -173,7 +173,7 @@ func (r *runner) featureCost(b *strings.Builder) {
 	if len(lines) == 0 {
 		return
 	}
-	b.WriteString("\n### Feature cost (issue 20), 2 KiB bodies\n\n")
+	b.WriteString("\n### Feature cost, 2 KiB bodies\n\n")
 	b.WriteString("Each feature's row against the same proxy with the feature off, in the same interleaved run. " +
 		"Off is a row without it: caps in no tenant's policy, no OTEL_* endpoint, memory.history keep_days: 0.\n\n")
 	b.WriteString(strings.Join(lines, "\n") + "\n")

@@ -1,5 +1,5 @@
 // Package cachetrack remembers, per conversation, the previous upstream call, and decides what a
-// call's cache misses are charged to (the net-savings rules of issue 31).
+// call's cache misses are charged to (the net-savings rules).
 //
 // The API applies context edits on its side, so its cache diagnostics compare requests as sent
 // and will most likely not see a miss an edit caused (shared spec: prompt caching, cache

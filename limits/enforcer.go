@@ -1,4 +1,4 @@
-// Package limits enforces a tenant's spend caps and per-minute limits (issue 16): it admits a
+// Package limits enforces a tenant's spend caps and per-minute limits: it admits a
 // request before it goes upstream, holding a bounded reservation of its cost, and settles the
 // reservation with the real cost afterwards. The proxy calls only Admit, Ticket.Settle and
 // Ticket.Release; the counters live in a SpendStore and a RateStore (memory for one process,

@@ -1,7 +1,7 @@
 // Package memoryhook runs the memory tool (memory_20250818) for ctxproxy:
 // the model's view, create, str_replace, insert, delete and rename calls,
 // against a guarded per-tenant store, answered with the exact strings the
-// official SDK helpers return (see shared/spec/api.md §8).
+// official SDK helpers return (see the API reference §8).
 //
 // Layers, outermost first:
 //   - Exec: one tool_use input (JSON) to one tool_result (Result).
@@ -14,7 +14,7 @@
 //     store implements Backend too, and memoryhook/storetest checks that
 //     both answer character for character alike.
 //
-// # Implementing a Backend (the PostgreSQL store, issue 4)
+// # Implementing a Backend (the PostgreSQL store)
 //
 // Results are the command layer's business; a Backend only has to keep the
 // same file-system-like model the FileStore has, and storetest.Run proves
@@ -42,6 +42,6 @@
 //   - Database errors become Unavailable("database unavailable", err) (or a
 //     better model-safe reason); Exec shows only the reason.
 //   - Every query is scoped by sc.Tenant; paths are Path.Rel() ("" = root).
-//   - Continuations (thread state, issue 9) are kept beside the memory, so
+//   - Continuations (thread state) are kept beside the memory, so
 //     a shared store implements that interface too.
 package memoryhook

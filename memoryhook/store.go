@@ -8,7 +8,7 @@ import (
 // Store runs the six memory commands for one tenant scope. Successful
 // commands return the tool_result text; failures return an *Error (shown to
 // the model) or another error (the store is unavailable). Two
-// implementations: FileStore and the PostgreSQL store (issue 4); both are
+// implementations: FileStore and the PostgreSQL store; both are
 // built with NewStore over a Backend, so they share every result string.
 type Store interface {
 	View(ctx context.Context, sc Scope, p Path, viewRange []int) (string, error)

@@ -50,7 +50,7 @@ const DefaultReserveOutputTokens = 4096
 // exact amount, far from int64's end.
 const MaxReserveOutputTokens = 1_000_000
 
-// Limits is the limits block of a policy (issue 16): spend caps and per-minute rate limits.
+// Limits is the limits block of a policy: spend caps and per-minute rate limits.
 // The zero value limits nothing.
 type Limits struct {
 	Spend                []SpendLimit // the tenant's caps

@@ -40,7 +40,7 @@ const (
 	EditClearToolUses     = "clear_tool_uses_20250919"
 	MemoryToolType        = "memory_20250818"
 	MemoryToolName        = "memory"
-	// EditCompact is server-side compaction (shared/spec/compaction.md §1.2); it needs BetaCompact.
+	// EditCompact is server-side compaction (the compaction reference §1.2); it needs BetaCompact.
 	EditCompact = "compact_20260112"
 	BetaCompact = "compact-2026-01-12"
 	// MinCompactTrigger is the lowest trigger the API accepts for compact_20260112.
@@ -49,7 +49,7 @@ const (
 
 // ThreadsMode says what ctxproxy does with a threaded request (thread create or continue) to
 // which the policy adds context_management edits. Whether the API accepts edits in threads is
-// unverified (shared/spec/api-2026.md §3.2): it may answer 400 thread_unsupported_request.
+// unverified (the 2026 API reference §3.2): it may answer 400 thread_unsupported_request.
 type ThreadsMode string
 
 const (
@@ -120,7 +120,7 @@ type Policy struct {
 	ContextManagement ContextManagement
 	Memory            Memory
 	Upstream          Upstream
-	Limits            Limits // spend caps and per-minute limits (issue 16)
+	Limits            Limits // spend caps and per-minute limits
 	Tracing           Tracing
 	Accounting        Accounting
 
@@ -253,7 +253,7 @@ type ClearToolInputs struct {
 // Memory is the memory block of a policy.
 type Memory struct {
 	Mode          MemoryMode
-	MaxIterations int                  // memory loop cap (issue 3)
+	MaxIterations int                  // memory loop cap
 	Limits        memoryhook.Limits    // memory.limits; in YAML MaxTenantBytes is max_total_bytes
 	History       memoryhook.Retention // memory.history; keep_days 0 turns history off
 	// Scopes are memory.scopes, longest mount first; nil: one implicit
@@ -262,7 +262,7 @@ type Memory struct {
 	Gate   MemoryGate
 }
 
-// Upstream is the upstream block of a policy (issue 7).
+// Upstream is the upstream block of a policy.
 type Upstream struct {
 	Retries        int
 	RetryBaseDelay time.Duration

@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 )
 
-// CapRow is one spend cap and what is spent against it in its current period (issue 16). The
+// CapRow is one spend cap and what is spent against it in its current period. The
 // counters live in the limits store, not the ledger; package limits builds these rows.
 type CapRow struct {
 	Tenant      string    `json:"tenant"`

@@ -56,7 +56,7 @@ type Call struct {
 	CompactedInputTokens int64
 	CompactionSavings    Money
 
-	// What the call's edits did to the prompt cache (the net-savings rules of issue 31). The
+	// What the call's edits did to the prompt cache (the net-savings rules). The
 	// proxy sets the first three from its record of the conversation's previous call (package
 	// cachetrack); Prices.Price turns them into money and settles CacheEffect.
 	//
@@ -197,7 +197,7 @@ type record struct {
 	Cleared      int64             `json:"cleared_input_tokens"`
 	CostUSD      Money             `json:"cost_usd"`
 	SavingsUSD   Money             `json:"savings_usd"`
-	// The parts of savings_usd (issue 31), on every Messages call's line. A line written before
+	// The parts of savings_usd, on every Messages call's line. A line written before
 	// them has none and reads as savings_gross_usd = savings_usd, no penalty, cache_effect none.
 	SavingsGrossUSD        *Money `json:"savings_gross_usd,omitempty"`
 	CachePenaltyUSD        *Money `json:"cache_penalty_usd,omitempty"`
@@ -209,7 +209,7 @@ type record struct {
 	BatchID                string `json:"batch_id,omitempty"`
 	CustomID               string `json:"custom_id,omitempty"`
 
-	// The breakdown of cost_usd (issue 15): written only when there is one.
+	// The breakdown of cost_usd: written only when there is one.
 	ServiceTier       string            `json:"service_tier,omitempty"`
 	Iterations        []iterationRecord `json:"iterations,omitempty"`
 	CostBreakdown     *breakdownRecord  `json:"cost_breakdown,omitempty"`

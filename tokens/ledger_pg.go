@@ -59,7 +59,7 @@ var PGSchema = pgmigrate.Schema{Name: "ledger", Versions: [][]string{
 		// Attribution: the key's id (first 8 hex of its sha256) and, for a ctxproxy key, its user.
 		`ALTER TABLE ctxproxy_ledger ADD COLUMN key_id text NOT NULL DEFAULT '', ADD COLUMN user_name text NOT NULL DEFAULT ''`,
 	},
-	{ // 3: the cost breakdown of issue 15 (iterations, TTL cache writes, web search, batch tier, compaction)
+	{ // 3: the cost breakdown (iterations, TTL cache writes, web search, batch tier, compaction)
 		`ALTER TABLE ctxproxy_ledger
 			ADD COLUMN web_search_requests      bigint NOT NULL DEFAULT 0,
 			ADD COLUMN service_tier             text   NOT NULL DEFAULT '',
@@ -85,7 +85,7 @@ var PGSchema = pgmigrate.Schema{Name: "ledger", Versions: [][]string{
 	{
 		`ALTER TABLE ctxproxy_ledger ADD COLUMN batch_id text NOT NULL DEFAULT '', ADD COLUMN custom_id text NOT NULL DEFAULT ''`,
 	},
-	// 8: savings net of the prompt cache (issue 31): gross, penalty, the missed cache tokens,
+	// 8: savings net of the prompt cache: gross, penalty, the missed cache tokens,
 	// cache_effect and the miss's cause. Older rows read as recorded: gross NULL (= savings),
 	// no penalty, cache_effect none.
 	{

@@ -2,7 +2,7 @@ package tokens
 
 import "math/bits"
 
-// The savings of context editing net of the prompt cache (issue 31), defined once here: the
+// The savings of context editing net of the prompt cache, defined once here: the
 // ledger, the reports, the metrics and the caps all read what Price puts in a Call.
 //
 // For a call that cleared C input tokens (the sum over applied_edits) and whose edits the proxy

@@ -25,7 +25,7 @@ type Usage struct {
 	WebSearchRequests int64 `json:"web_search_requests,omitempty"`
 }
 
-// Iteration types of usage.iterations (shared/spec/compaction.md §1.6).
+// Iteration types of usage.iterations (the compaction reference §1.6).
 const (
 	IterationMessage         = "message"
 	IterationCompaction      = "compaction"

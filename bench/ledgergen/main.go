@@ -1,6 +1,6 @@
 // Command ledgergen writes synthetic ledger lines through the ledger's own append path (so a
 // store keeps its rollups as in production), for timing reports on a month of calls
-// (issue 33):
+// :
 //
 //	go run ./bench/ledgergen -ledger postgres://postgres@127.0.0.1:5432/ledger10m -n 10000000
 //	go run ./bench/ledgergen -ledger file:/tmp/ledger.jsonl -n 1000000 -month 2026-11

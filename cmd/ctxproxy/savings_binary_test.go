@@ -21,7 +21,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
-// Savings net of the prompt cache (issue 31), through the built binary against the fake with
+// Savings net of the prompt cache, through the built binary against the fake with
 // its cache on: a clearing first costs the cache it invalidates, then pays off.
 
 const savingsKey = "sk-ant-savings-test"

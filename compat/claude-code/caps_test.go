@@ -16,7 +16,7 @@ import (
 
 const keyCapped = "sk-ant-compat-claude-code-capped"
 
-// Claude Code against a tenant with a $1 daily cap (issue 16): each session is one reply that
+// Claude Code against a tenant with a $1 daily cap: each session is one reply that
 // costs $0.81 (270,000 input tokens of claude-sonnet-4-5 at $3 per million). The first is served
 // with the cap's headers at 0%, the second at 81% (past the 0.75 threshold), and the third,
 // with $1.62 spent, is refused with 429 billing_error: Claude Code stops at once and says so.

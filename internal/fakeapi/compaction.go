@@ -13,7 +13,7 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// Server-side compaction (shared/spec/compaction.md).
+// Server-side compaction (the compaction reference).
 const (
 	// BetaCompact enables compact_20260112 (threshold compaction).
 	BetaCompact = "compact-2026-01-12"

@@ -144,7 +144,7 @@
 // error event (the previous reply then stays continuable). The most recent
 // 10000 threads are kept.
 //
-// # Compaction (shared/spec/compaction.md)
+// # Compaction (the compaction reference)
 //
 // compact_20260112 (beta compact-2026-01-12; trigger input_tokens ≥ 50000,
 // default 150000) compacts when the input estimate after the other edits
@@ -184,7 +184,7 @@
 // request had no context_management); usage.input_tokens is the estimate
 // after the edits.
 //
-// # Prompt cache and cache diagnostics (shared/spec/prompt-cache.md)
+// # Prompt cache and cache diagnostics (the prompt cache reference)
 //
 // Off by default (Options.Cache, "cache" in /_fake/options): replies keep
 // the numbers and shape they always had. cache_control (top-level and on

@@ -1,4 +1,4 @@
-// Package pgstore is the PostgreSQL memory store (issue 4): the shared
+// Package pgstore is the PostgreSQL memory store: the shared
 // store several ctxproxy replicas use, so an agent's memory is the same
 // whichever replica answers.
 //

@@ -12,7 +12,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 )
 
-// RunHistory is the conformance suite of memory history (issue 14): both
+// RunHistory is the conformance suite of memory history: both
 // stores version every write alike.
 func RunHistory(t *testing.T, newStore func(t *testing.T) memoryhook.Governed) {
 	for _, tc := range []struct {
