@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/ctxproxy/ctxproxy/policy"
+	"github.com/ctxproxy/ctxproxy/server"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
@@ -59,7 +60,7 @@ func runValidate(args []string, stdout, stderr io.Writer, getenv func(string) st
 			fmt.Fprintln(stdout, p.Summary())
 		}
 	}
-	path, required := pricesFile(&config{Policies: *dir, Prices: *prices})
+	path, required := server.PricesFile(*dir, *prices)
 	tab, err := tokens.OpenPrices(path, required)
 	if err != nil {
 		fmt.Fprintln(stdout, err)

@@ -9,10 +9,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -21,11 +19,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/ctxproxy/ctxproxy/limits"
-	"github.com/ctxproxy/ctxproxy/memoryhook"
-	"github.com/ctxproxy/ctxproxy/policy"
 	"github.com/ctxproxy/ctxproxy/proxy"
-	"github.com/ctxproxy/ctxproxy/tokens"
+	"github.com/ctxproxy/ctxproxy/server"
 )
 
 // version is the release; the Helm chart's appVersion (deploy/helm/ctxproxy/Chart.yaml) is the
@@ -126,19 +121,6 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		lifecycle.Warn("--admin-token is on the command line, where every local user can read it (ps, /proc/PID/cmdline); " +
 			"set CTXPROXY_ADMIN_TOKEN in the environment instead")
 	}
-	up, err := url.Parse(cfg.Upstream)
-	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
-		return fmt.Errorf("--upstream %q: want an http(s) URL", cfg.Upstream)
-	}
-	pols, err := policy.NewStore(cfg.Policies, log)
-	if err != nil {
-		return fmt.Errorf("load policies: %w", err)
-	}
-	mem, closeMem, err := openMemoryStore(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	defer closeMem()
 	if !pgurl.Is(cfg.MemoryStore) { // the file store: `ctxproxy memory` must not write it under us
 		unlock, err := lockStore(storeLockPath(cfg.MemoryDir), false)
 		if err != nil {
@@ -146,118 +128,30 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 		}
 		defer unlock()
 	}
-
-	pricesPath, pricesRequired := pricesFile(cfg)
-	prices, err := tokens.OpenPrices(pricesPath, pricesRequired)
-	if err != nil {
-		return fmt.Errorf("load prices: %w", err)
-	}
-	lifecycle.Info("prices", zap.String("table", prices.Describe(filepath.Base(pricesPath))))
-	ledger, err := tokens.OpenLedger(ctx, cfg.Ledger)
-	if err != nil {
-		return fmt.Errorf("open ledger: %w", err)
-	}
-	defer ledger.Close()
-	metrics := tokens.NewMetrics(tenantNames(pols.Current()), prices.Models())
-	rec := tokens.NewRecorder(prices.Prices, metrics, ledger, log)
-	defer func() {
-		// Flush queued ledger records before the ledger closes.
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := rec.Close(cctx); err != nil {
-			log.Error("flush ledger", zap.Error(err))
-		}
-	}()
-	ring, stopKeys, err := openKeyring(ctx, cfg, log)
-	if err != nil {
-		return fmt.Errorf("open key store: %w", err)
-	}
-	defer stopKeys()
-
-	tracer, stopTracer, err := startTracing(ctx, log, lifecycle)
+	srv, err := server.Open(ctx, cfg.settings(log, lifecycle))
 	if err != nil {
 		return err
 	}
-	defer stopTracer()
-	lim, closeLimits, err := openLimits(ctx, cfg, prices.Prices, metrics, log)
-	if err != nil {
-		return err
-	}
-	defer closeLimits()
-	capsOf := func(ctx context.Context, tenant string) ([]tokens.CapRow, error) {
-		return limits.Caps(ctx, lim.Store(), pols.Current(), tenant, time.Now())
-	}
-
-	memAPI, audit, stopMemAPI, err := memoryOperatorAPI(ctx, cfg, mem, pols, ring, log)
-	if err != nil {
-		return err
-	}
-	defer stopMemAPI()
-	sessions, closeSessions, err := openConsoleSessions(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	defer closeSessions()
-
-	tracker, clock := cacheTracker(cfg)
-	srv, err := proxy.New(proxy.Config{
-		Upstream:            up,
-		Policies:            pols,
-		Memory:              mem,
-		MemoryAPI:           memAPI,
-		Recorder:            rec,
-		Metrics:             metrics,
-		Tracer:              tracer,
-		Admin:               adminHandler(cfg, ledger, ring, pols, log, capsOf),
-		Console:             consoleHandler(cfg, consoleParts{mem: mem, audit: audit, ledger: ledger, ring: ring, pols: pols, metrics: metrics, caps: capsOf, limits: lim.Store(), sessions: sessions}, log),
-		Keys:                ring,
-		Limits:              lim,
-		CacheTracker:        tracker,
-		Log:                 log,
-		MaxBody:             cfg.MaxBody,
-		ForwardWhileReading: cfg.ForwardWhileReading,
-		RequireKnownTenant:  cfg.RequireKnownTenant,
-		UpstreamTimeout:     cfg.UpstreamTimeout,
-		StreamIdleTimeout:   cfg.StreamIdleTimeout,
-	})
-	if err != nil {
-		return err
-	}
+	defer srv.Close()
 
 	// Reload policies, and with them the prices and the metrics' tenant
-	// labels, on SIGHUP and when a file in the folder changes.
-	pols.OnReload(func(err error) {
-		if err == nil {
-			metrics.SetTenants(tenantNames(pols.Current()))
-		}
-		reloadPrices(rec, lim, pricesPath, pricesRequired, log)
-	})
+	// labels, on SIGHUP (and, in server, when a file in the folder changes).
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
+	hupCtx, stopHup := context.WithCancel(ctx)
+	defer stopHup()
 	go func() {
 		for {
 			select {
 			case <-hup:
-				pols.Reload() // errors are logged by the store; the last good set stays
-			case <-watchCtx.Done():
+				srv.Reload()
+			case <-hupCtx.Done():
 				return
 			}
 		}
 	}()
-	go func() {
-		if err := pols.Watch(watchCtx); err != nil && watchCtx.Err() == nil {
-			log.Error("policy watch stopped", zap.Error(err))
-		}
-	}()
 
-	stopSide, err := serveSideListeners(cfg, metrics.Handler(), clock, log, lifecycle)
-	if err != nil {
-		return err
-	}
-	defer stopSide()
 	if cfg.DebugPoisonBuffers {
 		proxy.PoisonPooledBuffers(true)
 		lifecycle.Warn("request-body buffers are poisoned as they go back to their pool (--debug-poison-buffers): a debugging aid, it costs a write of every large body")
@@ -266,10 +160,10 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	hs := proxy.NewHTTPServer(srv, log)
-	lifecycle.Info("ctxproxy listening", zap.String("addr", ln.Addr().String()), zap.String("upstream", up.Redacted()),
-		zap.String("policies", cfg.Policies), zap.Int("tenants", len(pols.Current().Tenants())), zap.String("version", version),
-		zap.String("limits_store", lim.SpendStoreName()), zap.String("ratelimit_store", lim.RateStoreName()))
+	hs := proxy.NewHTTPServer(srv.Handler, log)
+	lifecycle.Info("ctxproxy listening", zap.String("addr", ln.Addr().String()), zap.String("upstream", srv.Upstream.Redacted()),
+		zap.String("policies", cfg.Policies), zap.Int("tenants", len(srv.Policies.Current().Tenants())), zap.String("version", version),
+		zap.String("limits_store", srv.Limits.SpendStoreName()), zap.String("ratelimit_store", srv.Limits.RateStoreName()))
 	log.Sync() // the listening line is what scripts wait for
 	if ready != nil {
 		ready <- ln.Addr().String()
@@ -291,51 +185,30 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, ready chan<- stri
 	return nil
 }
 
-// pricesFile is the prices file laid over the built-in table: --prices
-// (required to exist), else prices.yaml in the policies folder (optional).
-func pricesFile(cfg *config) (path string, required bool) {
-	if cfg.Prices != "" {
-		return cfg.Prices, true
+// settings are the flags server.Open takes.
+func (c *config) settings(log, lifecycle *zap.Logger) server.Settings {
+	return server.Settings{
+		Upstream:            c.Upstream,
+		Policies:            c.Policies,
+		MemoryDir:           c.MemoryDir,
+		MemoryStore:         c.MemoryStore,
+		MaxBody:             c.MaxBody,
+		RequireKnownTenant:  c.RequireKnownTenant,
+		ForwardWhileReading: c.ForwardWhileReading,
+		Ledger:              c.Ledger,
+		Prices:              c.Prices,
+		AdminToken:          c.AdminToken,
+		MemoryAudit:         c.MemoryAudit,
+		UpstreamTimeout:     c.UpstreamTimeout,
+		StreamIdleTimeout:   c.StreamIdleTimeout,
+		DebugAddr:           c.DebugAddr,
+		MetricsAddr:         c.MetricsAddr,
+		TrustedProxies:      c.TrustedProxies,
+		LimitsStore:         c.LimitsStore,
+		RatelimitStore:      c.RatelimitStore,
+		DebugManualClock:    c.DebugManualClock,
+		Version:             version,
+		Log:                 log,
+		Lifecycle:           lifecycle,
 	}
-	return filepath.Join(cfg.Policies, policy.PricesFile), false
-}
-
-// reloadPrices loads the price table again; one that fails to load is
-// refused with a log line and the last good table stays in force.
-func reloadPrices(rec *tokens.Recorder, lim *limits.Enforcer, path string, required bool, log *zap.Logger) {
-	tab, err := tokens.OpenPrices(path, required)
-	if err != nil {
-		// The file's base name only: logs carry no host paths.
-		log.Error("prices reload refused; the last good prices stay in force", zap.String("file", filepath.Base(path)),
-			zap.String("error", strings.ReplaceAll(err.Error(), path, filepath.Base(path))))
-		return
-	}
-	rec.SetPrices(tab.Prices)
-	lim.SetPrices(tab.Prices)
-	log.Info("prices reloaded", zap.String("table", tab.Describe(filepath.Base(path))))
-}
-
-func tenantNames(set *policy.Set) []string {
-	var names []string
-	for _, p := range set.Tenants() {
-		names = append(names, p.Tenant)
-	}
-	return names
-}
-
-// openMemoryStore picks the memory store: the file store by default, or
-// PostgreSQL for a postgres:// URL.
-func openMemoryStore(ctx context.Context, cfg *config, log *zap.Logger) (memoryhook.Store, func(), error) {
-	spec := cfg.MemoryStore
-	switch {
-	case spec == "" || spec == "file":
-		fs, err := memoryhook.NewFileStore(cfg.MemoryDir)
-		if err != nil {
-			return nil, nil, fmt.Errorf("open memory store %s: %w", cfg.MemoryDir, err)
-		}
-		return fs, func() {}, nil
-	case pgurl.Is(spec):
-		return openPGMemory(ctx, spec, log)
-	}
-	return nil, nil, fmt.Errorf("--memory-store %q: want file or a postgres:// URL", spec)
 }

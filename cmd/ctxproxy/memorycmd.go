@@ -25,6 +25,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/memapi"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/ctxproxy/ctxproxy/policy"
+	"github.com/ctxproxy/ctxproxy/server"
 )
 
 const memoryUsage = `Usage: ctxproxy memory COMMAND --tenant T [--user U] [flags] [args]
@@ -151,7 +152,7 @@ func (c *memoryCLI) local(ctx context.Context, cfg *config, policies string) (fu
 	if err != nil {
 		return nil, fmt.Errorf("load policies: %w", err)
 	}
-	mem, closeMem, err := openMemoryStore(ctx, cfg, zap.NewNop())
+	mem, closeMem, err := server.OpenMemoryStore(ctx, cfg.MemoryStore, cfg.MemoryDir, zap.NewNop())
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +161,7 @@ func (c *memoryCLI) local(ctx context.Context, cfg *config, policies string) (fu
 		closeMem()
 		return nil, errors.New("this memory store keeps no history")
 	}
-	audit, err := memapi.OpenAudit(memoryAuditPath(cfg))
+	audit, err := memapi.OpenAudit(server.MemoryAuditPath(cfg.MemoryAudit, cfg.MemoryDir))
 	if err != nil {
 		closeMem()
 		return nil, err

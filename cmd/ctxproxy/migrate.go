@@ -59,7 +59,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 		}
 		return 2
 	}
-	// Unset, the limits store is the ledger's database (limitsStoreURL): migrate it there too.
+	// Unset, the limits store is the ledger's database (server.LimitsStoreURL): migrate it there too.
 	if *vals["limits-store"] == "" && pgurl.Is(*vals["ledger"]) {
 		*vals["limits-store"] = *vals["ledger"]
 	}

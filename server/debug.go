@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"encoding/json"
@@ -25,7 +25,7 @@ import (
 // Prometheus only. Without --metrics-addr it is on the debug listener, and
 // without either it is not served. clock (--debug-manual-clock) moves the
 // conversations' clock; nil: no such route. stop closes what was opened.
-func serveSideListeners(cfg *config, metrics, clock http.Handler, log, lifecycle *zap.Logger) (stop func(), err error) {
+func serveSideListeners(cfg *Settings, metrics, clock http.Handler, log, lifecycle *zap.Logger) (stop func(), err error) {
 	var closers []func()
 	stop = func() {
 		for _, c := range closers {

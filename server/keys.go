@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // PostgreSQL database when it has one (every replica sees the same keys),
 // else keys.json in the data folder (the parent of --memory-dir). stop ends
 // the last-use writer and closes the store.
-func openKeyring(ctx context.Context, cfg *config, log *zap.Logger) (_ *keys.Keyring, stop func(), err error) {
+func openKeyring(ctx context.Context, cfg *Settings, log *zap.Logger) (_ *keys.Keyring, stop func(), err error) {
 	var store keys.Store
 	if spec := cfg.MemoryStore; pgurl.Is(spec) {
 		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -53,7 +53,7 @@ func openKeyring(ctx context.Context, cfg *config, log *zap.Logger) (_ *keys.Key
 // --admin-token (every tenant) or a tenant's operator token
 // (operator_tokens_sha256, its own tenant only).
 // caps is spend against the tenants' caps, for the report.
-func adminHandler(cfg *config, ledger tokens.Ledger, ring *keys.Keyring, pols *policy.Store, log *zap.Logger, caps tokens.CapsFunc) http.Handler {
+func adminHandler(cfg *Settings, ledger tokens.Ledger, ring *keys.Keyring, pols *policy.Store, log *zap.Logger, caps tokens.CapsFunc) http.Handler {
 	return admin.New(admin.Config{
 		Auth:   adminAuth(cfg, pols),
 		Report: tokens.NewReportHandler(ledger, tokens.WithLogger(log), tokens.WithCaps(caps)),
@@ -69,6 +69,6 @@ func adminHandler(cfg *config, ledger tokens.Ledger, ring *keys.Keyring, pols *p
 
 // adminAuth is who may use /admin and the console: --admin-token (every
 // tenant) or a tenant's operator token (its own tenant only).
-func adminAuth(cfg *config, pols *policy.Store) admin.Auth {
+func adminAuth(cfg *Settings, pols *policy.Store) admin.Auth {
 	return admin.PolicyAuth(cfg.AdminToken, pols)
 }

@@ -1,9 +1,8 @@
-package main
+package server
 
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -14,8 +13,8 @@ import (
 
 // startTracing turns traces on when the OTEL_* environment names an OTLP
 // endpoint; stop flushes what is queued (bounded, at shutdown).
-func startTracing(ctx context.Context, log, lifecycle *zap.Logger) (*tracing.Tracer, func(), error) {
-	t, err := tracing.FromEnv(ctx, os.Getenv, version)
+func startTracing(ctx context.Context, cfg *Settings, log, lifecycle *zap.Logger) (*tracing.Tracer, func(), error) {
+	t, err := tracing.FromEnv(ctx, cfg.Getenv, cfg.Version)
 	if err != nil {
 		return nil, nil, fmt.Errorf("start tracing: %w", err)
 	}
@@ -27,7 +26,7 @@ func startTracing(ctx context.Context, log, lifecycle *zap.Logger) (*tracing.Tra
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		log.Warn("trace export failed", zap.Error(err))
 	}))
-	proto := os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	proto := cfg.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
 	if proto == "" {
 		proto = "http/protobuf"
 	}

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"encoding/json"
@@ -48,7 +48,7 @@ func (c *manualClock) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // cacheTracker is the tracker of the conversations' previous calls, on the manual clock when
 // the flag asks (the clock's handler is returned for the debug listener), else the wall clock.
-func cacheTracker(cfg *config) (*cachetrack.Tracker, http.Handler) {
+func cacheTracker(cfg *Settings) (*cachetrack.Tracker, http.Handler) {
 	if !cfg.DebugManualClock {
 		return cachetrack.New(nil, 0), nil
 	}

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -18,25 +18,25 @@ import (
 // memory.history retention are pruned.
 const retentionEvery = 10 * time.Minute
 
-// memoryAuditPath is --memory-audit, by default memory-audit.jsonl beside
-// the file store and keys.json (in the data folder, the parent of
+// MemoryAuditPath is --memory-audit (audit), by default memory-audit.jsonl
+// beside the file store and keys.json (in the data folder, the parent of
 // --memory-dir), not in the working directory.
-func memoryAuditPath(cfg *config) string {
-	if cfg.MemoryAudit != "" {
-		return cfg.MemoryAudit
+func MemoryAuditPath(audit, memoryDir string) string {
+	if audit != "" {
+		return audit
 	}
-	return filepath.Join(filepath.Dir(cfg.MemoryDir), "memory-audit.jsonl")
+	return filepath.Join(filepath.Dir(memoryDir), "memory-audit.jsonl")
 }
 
 // memoryOperatorAPI builds /v1/memory_stores over the memory store and
 // starts pruning its history in the background; stop ends both. The audit
 // log is returned for the console, which records its actions there too.
-func memoryOperatorAPI(ctx context.Context, cfg *config, mem memoryhook.Store, pols *policy.Store, ring *keys.Keyring, log *zap.Logger) (http.Handler, *memapi.Audit, func(), error) {
+func memoryOperatorAPI(ctx context.Context, cfg *Settings, mem memoryhook.Store, pols *policy.Store, ring *keys.Keyring, log *zap.Logger) (http.Handler, *memapi.Audit, func(), error) {
 	st, ok := mem.(memoryhook.Governed)
 	if !ok {
 		return nil, nil, func() {}, nil
 	}
-	audit, err := memapi.OpenAudit(memoryAuditPath(cfg))
+	audit, err := memapi.OpenAudit(MemoryAuditPath(cfg.MemoryAudit, cfg.MemoryDir))
 	if err != nil {
 		return nil, nil, nil, err
 	}

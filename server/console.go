@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -34,7 +34,7 @@ type consoleParts struct {
 
 // consoleHandler is the operator console at /admin/ui/, under the same
 // authorisation as /admin.
-func consoleHandler(cfg *config, p consoleParts, log *zap.Logger) http.Handler {
+func consoleHandler(cfg *Settings, p consoleParts, log *zap.Logger) http.Handler {
 	cc := console.Config{
 		Auth:     adminAuth(cfg, p.pols),
 		Policies: p.pols,
@@ -66,7 +66,7 @@ func consoleHandler(cfg *config, p consoleParts, log *zap.Logger) http.Handler {
 // store's PostgreSQL database when it has one (a sign-in on one replica
 // serves the next page on any), else this process's memory (the file store
 // is one process's too). stop closes it.
-func openConsoleSessions(ctx context.Context, cfg *config, log *zap.Logger) (_ console.Sessions, stop func(), err error) {
+func openConsoleSessions(ctx context.Context, cfg *Settings, log *zap.Logger) (_ console.Sessions, stop func(), err error) {
 	if !pgurl.Is(cfg.MemoryStore) {
 		return console.NewMemorySessions(), func() {}, nil
 	}
