@@ -1,7 +1,9 @@
 // Package stack runs the fake upstream (internal/fakeapi) and a ctxproxy in
 // front of it, both in process on 127.0.0.1 ephemeral ports, with the given
 // policy files and a file memory store: the set-up the compat suites and
-// `ctxproxy demo` share. It builds a ctxproxy from the packages above
+// `ctxproxy demo` share. The ctxproxy is built as `ctxproxy serve` builds it
+// (package server: limits, metrics, tracing, admin and console included),
+// so the suites test the production wiring. It imports packages above
 // internal/, so it is not under internal/: nothing there imports upward.
 package stack
 
@@ -13,7 +15,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -22,11 +23,8 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
 	"github.com/ctxproxy/ctxproxy/keys"
-	"github.com/ctxproxy/ctxproxy/memapi"
-	"github.com/ctxproxy/ctxproxy/memoryhook"
-	"github.com/ctxproxy/ctxproxy/policy"
 	"github.com/ctxproxy/ctxproxy/proxy"
-	"github.com/ctxproxy/ctxproxy/tokens"
+	"github.com/ctxproxy/ctxproxy/server"
 )
 
 // DefaultPolicy is default.yaml with everything off, for clients that match
@@ -83,13 +81,20 @@ type Config struct {
 	Dir      string            // gets policies/ and memories/ (see Layout)
 	Policies map[string]string // policy files, name → content
 	Fake     *fakeapi.API      // nil: fakeapi.New logging to Log, named "fake"
-	Recorder *tokens.Recorder  // nil: no accounting
 	Log      *zap.Logger       // nil: no logs
-	// AdminToken is the memory operator API's (/v1/memory_stores) admin
-	// token; tenants' operator_tokens_sha256 work too. The audit log is
+	// Prices is a prices file laid over the built-in table, as --prices;
+	// "": the built-in table (or prices.yaml among Policies).
+	Prices string
+	// AdminToken is --admin-token: of the memory operator API
+	// (/v1/memory_stores), /admin and the console; tenants'
+	// operator_tokens_sha256 work too. The audit log is
 	// Dir/memory-audit.jsonl.
 	AdminToken string
 }
+
+// LedgerFile is the usage ledger in the Dir, a file: ledger; it is whole
+// once Close returns.
+const LedgerFile = "ledger.jsonl"
 
 // Stack is a running fake upstream and ctxproxy.
 type Stack struct {
@@ -123,41 +128,28 @@ func Start(cfg Config) (_ *Stack, err error) {
 	if s.PoliciesDir, s.MemoryDir, err = Layout(cfg.Dir, cfg.Policies); err != nil {
 		return nil, err
 	}
-	pols, err := policy.NewStore(s.PoliciesDir, log)
-	if err != nil {
-		return nil, fmt.Errorf("load policies: %w", err)
-	}
-	mem, err := memoryhook.NewFileStore(s.MemoryDir)
-	if err != nil {
-		return nil, fmt.Errorf("open memory store: %w", err)
-	}
-	s.stops = append(s.stops, func() { _ = mem.Close() })
 	fake := &http.Server{Handler: s.Fake, ReadHeaderTimeout: 10 * time.Second}
 	if s.FakeURL, err = s.serve(fake, log); err != nil {
 		return nil, err
 	}
-	up, err := url.Parse(s.FakeURL)
+	srv, err := server.Open(context.Background(), server.Settings{
+		Upstream:   s.FakeURL,
+		Policies:   s.PoliciesDir,
+		MemoryDir:  s.MemoryDir, // keys.json and memory-audit.jsonl go in its parent, the Dir
+		Ledger:     "file:" + filepath.Join(cfg.Dir, LedgerFile),
+		Prices:     cfg.Prices,
+		AdminToken: cfg.AdminToken,
+		Version:    "stack",
+		Log:        log,
+		Lifecycle:  log,
+	})
 	if err != nil {
 		return nil, err
 	}
-	keyStore, err := keys.OpenFileStore(cfg.Dir)
-	if err != nil {
-		return nil, err
-	}
-	s.Keys = keys.NewKeyring(keyStore)
-	s.stops = append(s.stops, func() { _ = keyStore.Close() })
-	audit, err := memapi.OpenAudit(filepath.Join(cfg.Dir, "memory-audit.jsonl"))
-	if err != nil {
-		return nil, err
-	}
-	s.stops = append(s.stops, func() { _ = audit.Close() })
-	memAPI := memapi.New(memapi.Config{Store: mem, Policies: pols, AdminToken: cfg.AdminToken, Audit: audit, Log: log, Users: memapi.KeyUsers(s.Keys)})
-	srv, err := proxy.New(proxy.Config{Upstream: up, Policies: pols, Memory: mem, MemoryAPI: memAPI, Recorder: cfg.Recorder, Log: log, Keys: s.Keys})
-	if err != nil {
-		return nil, err
-	}
+	s.Keys = srv.Keys
+	s.stops = append([]func(){srv.Close}, s.stops...) // after the proxy stops serving, before the fake
 	// The server the binary listens with: its timeouts, its limits.
-	s.proxyServer = proxy.NewHTTPServer(srv, log)
+	s.proxyServer = proxy.NewHTTPServer(srv.Handler, log)
 	if s.ProxyURL, err = s.serve(s.proxyServer, log); err != nil {
 		return nil, err
 	}
@@ -186,8 +178,8 @@ func (s *Stack) serve(hs *http.Server, log *zap.Logger) (string, error) {
 	return "http://" + ln.Addr().String(), nil
 }
 
-// Close stops the proxy, then the fake upstream, then closes the memory
-// store. Calling it again does nothing, so a caller can stop the proxy
+// Close stops the proxy, then closes its stores (the ledger flushed), then
+// stops the fake upstream. Calling it again does nothing, so a caller can stop the proxy
 // early (to flush its recorder) and still defer Close.
 func (s *Stack) Close() {
 	stops := s.stops

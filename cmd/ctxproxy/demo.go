@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/tidwall/gjson"
 
@@ -92,7 +91,7 @@ func demo(ctx context.Context, o demoOptions, out, logOut io.Writer) error {
 		defer os.RemoveAll(tmp)
 		root = tmp
 	}
-	memDir, ledgerPath := filepath.Join(root, "memories"), filepath.Join(root, "ledger.jsonl")
+	memDir, ledgerPath := filepath.Join(root, "memories"), filepath.Join(root, stack.LedgerFile)
 	// A second run in the same --dir starts from an empty memory and ledger.
 	_ = os.RemoveAll(filepath.Join(memDir, demoTenant))
 	_ = os.Remove(ledgerPath)
@@ -103,21 +102,14 @@ func demo(ctx context.Context, o demoOptions, out, logOut io.Writer) error {
 	}
 	defer func() { _ = log.Sync() }()
 
-	pr, pricesFrom, err := demoLoadPrices(o.prices)
+	pricesPath, pricesFrom, err := demoLoadPrices(o.prices)
 	if err != nil {
 		return err
 	}
-	ledger, err := tokens.OpenLedger(ctx, "file:"+ledgerPath)
-	if err != nil {
-		return fmt.Errorf("open ledger: %w", err)
-	}
-	defer ledger.Close()
-	rec := tokens.NewRecorder(pr, nil, ledger, log)
-
 	st, err := stack.Start(stack.Config{
 		Dir:      root,
 		Policies: map[string]string{"demo.yaml": stack.TenantPolicy(demoTenant, demoKey, demoPolicy)},
-		Recorder: rec,
+		Prices:   pricesPath,
 		Log:      log,
 	})
 	if err != nil {
@@ -151,7 +143,7 @@ func demo(ctx context.Context, o demoOptions, out, logOut io.Writer) error {
 		return err
 	}
 
-	if err := demoCacheSession(ctx, root, pr, p, log); err != nil {
+	if err := demoCacheSession(ctx, root, pricesPath, p, log); err != nil {
 		return err
 	}
 
@@ -195,15 +187,10 @@ func demo(ctx context.Context, o demoOptions, out, logOut io.Writer) error {
 	}
 
 	// Cost report from the ledger ctxproxy wrote.
-	st.Close() // every call is recorded before the handler returns; close the recorder's queue next
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := rec.Close(cctx); err != nil {
-		return fmt.Errorf("flush ledger: %w", err)
-	}
-	calls, err := ledger.Query(ctx, tokens.Filter{})
+	st.Close() // every call is recorded before the handler returns; Close flushes the ledger
+	calls, err := demoLedger(ctx, ledgerPath)
 	if err != nil {
-		return fmt.Errorf("read ledger: %w", err)
+		return err
 	}
 	p.f("\nCost report (%s, from the ledger ctxproxy wrote):\n", demoPlural(len(calls), "upstream call"))
 	var table bytes.Buffer
@@ -222,16 +209,36 @@ func demo(ctx context.Context, o demoOptions, out, logOut io.Writer) error {
 	return p.err
 }
 
-func demoLoadPrices(path string) (*tokens.Prices, string, error) {
+// demoLoadPrices is the prices file the demo's ctxproxy lays over the
+// built-in table: --prices, else policies/prices.yaml in the working folder
+// when there is one; "" for the built-in table alone. from describes it.
+func demoLoadPrices(path string) (file, from string, err error) {
 	required := path != ""
 	if path == "" {
 		path = filepath.Join("policies", policy.PricesFile)
 	}
 	tab, err := tokens.OpenPrices(path, required)
 	if err != nil {
-		return nil, "", fmt.Errorf("load prices: %w", err)
+		return "", "", fmt.Errorf("load prices: %w", err)
 	}
-	return tab.Prices, tab.Describe(path), nil
+	if _, err := os.Stat(path); err == nil {
+		file = path
+	}
+	return file, tab.Describe(path), nil
+}
+
+// demoLedger reads the calls of the ledger a closed stack wrote.
+func demoLedger(ctx context.Context, path string) ([]tokens.Call, error) {
+	ledger, err := tokens.OpenLedger(ctx, "file:"+path)
+	if err != nil {
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	defer ledger.Close()
+	calls, err := ledger.Query(ctx, tokens.Filter{})
+	if err != nil {
+		return nil, fmt.Errorf("read ledger: %w", err)
+	}
+	return calls, nil
 }
 
 // ---- the scripted model ----

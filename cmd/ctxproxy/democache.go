@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/tidwall/gjson"
 	"go.uber.org/zap"
@@ -68,22 +67,17 @@ func demoCacheToolResult(name string, part int) string {
 }
 
 // demoCacheSession runs the session and prints each call's savings from its ledger.
-func demoCacheSession(ctx context.Context, root string, pr *tokens.Prices, p *demoPrinter, log *zap.Logger) error {
-	ledgerPath := filepath.Join(root, "cache-ledger.jsonl")
+func demoCacheSession(ctx context.Context, root, pricesPath string, p *demoPrinter, log *zap.Logger) error {
+	dir := filepath.Join(root, "cache")
+	ledgerPath := filepath.Join(dir, stack.LedgerFile)
 	_ = removeFile(ledgerPath)
-	ledger, err := tokens.OpenLedger(ctx, "file:"+ledgerPath)
-	if err != nil {
-		return fmt.Errorf("open ledger: %w", err)
-	}
-	defer ledger.Close()
-	rec := tokens.NewRecorder(pr, nil, ledger, log)
 	fake := fakeapi.New(fakeapi.WithLogger(log.Named("fake")), fakeapi.WithOptions(fakeapi.Options{CacheOptions: fakeapi.CacheOptions{
 		Cache: fakeapi.On, MinTokens: map[string]int64{demoModel: 256}}}))
 	st, err := stack.Start(stack.Config{
-		Dir:      filepath.Join(root, "cache"),
+		Dir:      dir,
 		Policies: map[string]string{"cached.yaml": stack.TenantPolicy(demoCacheTenant, demoKey+"-cache", demoCachePolicy)},
 		Fake:     fake,
-		Recorder: rec,
+		Prices:   pricesPath,
 		Log:      log,
 	})
 	if err != nil {
@@ -113,15 +107,10 @@ func demoCacheSession(ctx context.Context, root string, pr *tokens.Prices, p *de
 		out := demoCacheToolResult(use.Get("name").Str, int(use.Get("input.part").Int()))
 		msgs = append(msgs, demoJSON(map[string]any{"role": "user", "content": []any{map[string]any{"type": "tool_result", "tool_use_id": use.Get("id").Str, "content": out}}}))
 	}
-	st.Close()
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := rec.Close(cctx); err != nil {
-		return fmt.Errorf("flush ledger: %w", err)
-	}
-	calls, err := ledger.Query(ctx, tokens.Filter{})
+	st.Close() // flushes the ledger
+	calls, err := demoLedger(ctx, ledgerPath)
 	if err != nil {
-		return fmt.Errorf("read ledger: %w", err)
+		return err
 	}
 	p.f("  call  cleared  cache read  cache write  missed  cause      gross USD  penalty USD    net USD  running net\n")
 	var running tokens.Money
