@@ -249,6 +249,10 @@ var allRows = []rowSpec{
 		key: keyMemory, memory: true, logLevel: "info", loads: []string{"small"}},
 	// Feature cost: each feature configured but not triggered,
 	// then active, beside the row that has it off (4, or 5 for memory).
+	// Issue 31's conversation lookup: row 4 tracks each clearing conversation's previous call;
+	// 4n is the same load with tracking off.
+	{id: "4n", name: "ctxproxy as 4, --debug-no-cache-tracking (no conversation lookup)", kind: "ctxproxy", key: keyEnforce,
+		loads: []string{"small", "large"}, args: []string{"--debug-no-cache-tracking"}},
 	{id: "4c0", name: "ctxproxy as 4, caps and rate limits configured for another tenant only", kind: "ctxproxy", key: keyEnforce,
 		loads: []string{"small"}, caps: true},
 	{id: "4t0", name: "ctxproxy as 4, tracing configured (OTLP/HTTP), sampler always_off", kind: "ctxproxy", key: keyEnforce,

@@ -43,6 +43,7 @@ func (r *runner) targets(b *strings.Builder, micro []microResult) {
 			check(cl.ownOne.p50 < 250*time.Microsecond), fmtDur(cl.ownOne.p50), fmtDur(cl.ownOne.p99), cl.ownOne.n,
 			fmtDur(cl.ownLoaded.p50), fmtDur(cl.ownLoaded.p99))
 	}
+	r.lookupTarget(b)
 	b.WriteString("- feature cost (caps, history, tracing; off, configured, active): see the next section\n")
 	r.upstreamShare(b)
 
@@ -92,6 +93,20 @@ func (r *runner) bareTargets(b *strings.Builder) {
 		v := cl.rps / bare.rps
 		fmt.Fprintf(b, "- %s 1 MiB tool transcripts: ≥ 0.95× the pooled bare proxy's req/s (%d connections): %.2f× (%.0f vs %.0f, row %s)\n",
 			check(v >= 0.95), r.c.largeConc, v, cl.rps, bare.rps, bare.row.id)
+	}
+}
+
+// lookupTarget: issue 31's conversation lookup (row 4 tracks every clearing conversation) costs
+// within 2% of row 4's CPU per request, against row 4n (the same load, tracking off).
+func (r *runner) lookupTarget(b *strings.Builder) {
+	for _, load := range []string{"small", "large"} {
+		cl, off := r.find("4", load), r.find("4n", load)
+		if cl == nil || off == nil || cl.cpuPer() == 0 || off.cpuPer() == 0 {
+			continue
+		}
+		d := float64(cl.cpuPer()-off.cpuPer()) / float64(cl.cpuPer())
+		fmt.Fprintf(b, "- %s %s: the conversation lookup (row 4 − row 4n) within 2%% of row 4's CPU per request: %s vs %s, %+.1f%%\n",
+			check(d <= 0.02), load, fmtDur(cl.cpuPer()), fmtDur(off.cpuPer()), 100*d)
 	}
 }
 

@@ -41,7 +41,10 @@ type Config struct {
 	Limits    *limits.Enforcer // spend caps and per-minute limits; nil: none enforced
 	// CacheTracker remembers each conversation's previous call, to measure what edits did to the
 	// prompt cache (cacheconv.go); nil: one of its own on the wall clock.
-	CacheTracker       *cachetrack.Tracker
+	CacheTracker *cachetrack.Tracker
+	// NoCacheTracking tracks no conversation: every clearing call's cache effect is unknown and
+	// no diagnosis is asked. A benchmark aid (what the conversation lookup costs).
+	NoCacheTracking    bool
 	Log                *zap.Logger
 	MaxBody            int64         // request body limit; default 32 MiB
 	RequireKnownTenant bool          // answer 401 to clients that match no tenant
@@ -92,7 +95,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = defaultMaxBody
 	}
-	if cfg.CacheTracker == nil {
+	if cfg.NoCacheTracking {
+		cfg.CacheTracker = nil
+	} else if cfg.CacheTracker == nil {
 		cfg.CacheTracker = cachetrack.New(nil, 0)
 	}
 	if cfg.UpstreamTimeout <= 0 {

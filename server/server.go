@@ -50,6 +50,8 @@ type Settings struct {
 	LimitsStore         string
 	RatelimitStore      string
 	DebugManualClock    bool
+	// DebugNoCacheTracking: proxy.Config.NoCacheTracking (a benchmark aid).
+	DebugNoCacheTracking bool
 
 	Version string // the release, for the traces' service.version
 	// Getenv reads the OTEL_* variables that turn tracing on; nil: os.Getenv.
@@ -176,6 +178,7 @@ func Open(ctx context.Context, cfg Settings) (_ *Server, err error) {
 		Keys:                ring,
 		Limits:              lim,
 		CacheTracker:        tracker,
+		NoCacheTracking:     cfg.DebugNoCacheTracking,
 		Log:                 log,
 		MaxBody:             cfg.MaxBody,
 		ForwardWhileReading: cfg.ForwardWhileReading,

@@ -12,30 +12,31 @@ import (
 
 // config is the command line; every flag has an environment twin.
 type config struct {
-	Listen              string
-	Upstream            string
-	Policies            string
-	MemoryDir           string
-	MemoryStore         string
-	MaxBody             int64
-	LogLevel            string
-	RequireKnownTenant  bool
-	ForwardWhileReading bool
-	Ledger              string
-	Prices              string
-	AdminToken          string
-	AdminTokenFlag      bool // AdminToken came on the command line, where any local user can read it
-	MemoryAudit         string
-	UpstreamTimeout     time.Duration
-	StreamIdleTimeout   time.Duration
-	ShutdownGrace       time.Duration
-	DebugAddr           string
-	MetricsAddr         string
-	TrustedProxies      []netip.Prefix
-	LimitsStore         string
-	RatelimitStore      string
-	DebugPoisonBuffers  bool
-	DebugManualClock    bool
+	Listen               string
+	Upstream             string
+	Policies             string
+	MemoryDir            string
+	MemoryStore          string
+	MaxBody              int64
+	LogLevel             string
+	RequireKnownTenant   bool
+	ForwardWhileReading  bool
+	Ledger               string
+	Prices               string
+	AdminToken           string
+	AdminTokenFlag       bool // AdminToken came on the command line, where any local user can read it
+	MemoryAudit          string
+	UpstreamTimeout      time.Duration
+	StreamIdleTimeout    time.Duration
+	ShutdownGrace        time.Duration
+	DebugAddr            string
+	MetricsAddr          string
+	TrustedProxies       []netip.Prefix
+	LimitsStore          string
+	RatelimitStore       string
+	DebugPoisonBuffers   bool
+	DebugManualClock     bool
+	DebugNoCacheTracking bool
 }
 
 // flagSpec ties a flag to its env twin and default. serveFlags is the one
@@ -68,6 +69,7 @@ var serveFlags = []flagSpec{
 	{"debug-addr", "CTXPROXY_DEBUG_ADDR", "", "address of a separate pprof and /debug/stats listener; keep it on 127.0.0.1; unset: off"},
 	{"debug-poison-buffers", "CTXPROXY_DEBUG_POISON_BUFFERS", "false", "a debugging aid: overwrite each pooled request-body buffer as it is released, so a value still pointing into one (a ledger line's model, a log field) shows the poison at once; costs a write of every large body"},
 	{"debug-manual-clock", "CTXPROXY_DEBUG_MANUAL_CLOCK", "false", "a testing aid: the clock that says how long a conversation rested between calls (a prompt cache's TTL) moves only by POST /debug/clock {\"advance\":\"6m\"} on --debug-addr"},
+	{"debug-no-cache-tracking", "CTXPROXY_DEBUG_NO_CACHE_TRACKING", "false", "a benchmark aid: track no conversation, so no clearing call's cache effect is measured (its ledger line says unknown) and no cache diagnosis is asked; shows what the conversation lookup costs"},
 	{"trusted-proxies", "CTXPROXY_TRUSTED_PROXIES", "", "comma-separated addresses or CIDRs of the front proxies whose X-Forwarded-Proto ctxproxy believes (the console's cookie is then Secure for https); unset: none"},
 	{"metrics-addr", "CTXPROXY_METRICS_ADDR", "", "address of the listener serving /metrics to Prometheus, apart from the agents' (it names every tenant, its spend and caps); unset: /metrics is on the --debug-addr listener, or nowhere"},
 }
@@ -121,7 +123,7 @@ func tokenFlag(fs *flag.FlagSet, getenv func(string) string, p *string) {
 
 // boolFlags are the serve flags that are booleans: given bare, shown as
 // booleans in --help.
-var boolFlags = map[string]bool{"require-known-tenant": true, "forward-while-reading": true, "debug-poison-buffers": true, "debug-manual-clock": true}
+var boolFlags = map[string]bool{"require-known-tenant": true, "forward-while-reading": true, "debug-poison-buffers": true, "debug-manual-clock": true, "debug-no-cache-tracking": true}
 
 // boolString is a boolean flag kept as its text (parsed with the others): it
 // tells package flag it is a boolean, so --help shows it as one and a bare
@@ -236,6 +238,11 @@ func parseConfig(name string, args []string, getenv func(string) string, specs [
 	if v := get("debug-manual-clock"); v != "" {
 		if c.DebugManualClock, err = strconv.ParseBool(v); err != nil {
 			return nil, fs, fmt.Errorf("--debug-manual-clock: %w", err)
+		}
+	}
+	if v := get("debug-no-cache-tracking"); v != "" {
+		if c.DebugNoCacheTracking, err = strconv.ParseBool(v); err != nil {
+			return nil, fs, fmt.Errorf("--debug-no-cache-tracking: %w", err)
 		}
 	}
 	if v := get("debug-poison-buffers"); v != "" {

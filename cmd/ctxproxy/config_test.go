@@ -39,6 +39,15 @@ func TestParseConfig(t *testing.T) {
 				t.Fatal("want false")
 			}
 		}},
+		{"takes --debug-no-cache-tracking bare, and its environment twin", []string{"--debug-no-cache-tracking"}, nil, func(t *testing.T, c *config) {
+			if !c.DebugNoCacheTracking {
+				t.Fatal("want true")
+			}
+			c, _, err := parseConfig("ctxproxy", nil, env(map[string]string{"CTXPROXY_DEBUG_NO_CACHE_TRACKING": "true"}), serveFlags)
+			if err != nil || !c.DebugNoCacheTracking {
+				t.Fatalf("env: %v %+v", err, c)
+			}
+		}},
 		{"parses durations", []string{"--upstream-timeout=3s", "--shutdown-grace=1m"}, nil, func(t *testing.T, c *config) {
 			if c.UpstreamTimeout != 3*time.Second || c.ShutdownGrace != time.Minute {
 				t.Fatalf("got %+v", c)
