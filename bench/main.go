@@ -233,7 +233,7 @@ var allRows = []rowSpec{
 		optIn: true, caps: true, args: []string{"--limits-store", "PG"}},
 	{id: "4cr", name: "ctxproxy as 4cp, limiter in Redis", kind: "ctxproxy", key: keyLimited, loads: []string{"small"},
 		optIn: true, caps: true, args: []string{"--limits-store", "PG", "--ratelimit-store", "REDIS"}},
-	// Issue 20's third proxy: nginx in front of the same fake (the name is
+	// The third proxy: nginx in front of the same fake (the name is
 	// set at run time with its version and workers; skipped without nginx).
 	{id: "N", name: "nginx proxy_pass, keepalive, buffering off", kind: "nginx", key: keyEnforce},
 	// Row 4's comparisons: the bare proxy and nginx fed the body as row 4's
@@ -243,13 +243,13 @@ var allRows = []rowSpec{
 	{id: "2pr", name: "bare httputil.ReverseProxy + BufferPool, body as row 4 rewrites it", kind: "bare", pool: true, key: keyEnforce,
 		rewritten: true, loads: []string{"small", "large"}},
 	{id: "Nr", name: "nginx as N, body as row 4 rewrites it", kind: "nginx", key: keyEnforce, rewritten: true, loads: []string{"small", "large"}},
-	// Issue 20's memory round target: row 5 with its request log, which
+	// The memory round target: row 5 with its request log, which
 	// says how long each request waited on the upstream.
 	{id: "5i", name: "ctxproxy as 5, --log-level=info (its own time per memory round, from the request log)", kind: "ctxproxy",
 		key: keyMemory, memory: true, logLevel: "info", loads: []string{"small"}},
 	// Feature cost: each feature configured but not triggered,
 	// then active, beside the row that has it off (4, or 5 for memory).
-	// Issue 31's conversation lookup: row 4 tracks each clearing conversation's previous call;
+	// The conversation lookup: row 4 tracks each clearing conversation's previous call;
 	// 4n is the same load with tracking off.
 	{id: "4n", name: "ctxproxy as 4, --debug-no-cache-tracking (no conversation lookup)", kind: "ctxproxy", key: keyEnforce,
 		loads: []string{"small", "large"}, args: []string{"--debug-no-cache-tracking"}},

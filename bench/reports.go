@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Issue 33's reports row (-reports SPEC): the month's reports on a ledger ledgergen filled,
+// The reports row (-reports SPEC): the month's reports on a ledger ledgergen filled,
 // through the CLI, a served ctxproxy's /admin/report and its console's Tenants page, each
 // timed once warm (after one untimed run: the ledger's pages are in the OS cache, as on a
 // server) with the peak memory it took above its process's baseline.

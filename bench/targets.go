@@ -96,7 +96,7 @@ func (r *runner) bareTargets(b *strings.Builder) {
 	}
 }
 
-// lookupTarget: issue 31's conversation lookup (row 4 tracks every clearing conversation) costs
+// lookupTarget: the conversation lookup (row 4 tracks every clearing conversation) costs
 // within 2% of row 4's CPU per request, against row 4n (the same load, tracking off).
 func (r *runner) lookupTarget(b *strings.Builder) {
 	for _, load := range []string{"small", "large"} {

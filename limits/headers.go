@@ -10,7 +10,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
-// Header names of Claude Code's gateway protocol (claude-code-gateway.md §3.7). Claude Code reads
+// Header names of Claude Code's gateway protocol (the API reference's Claude Code gateway section). Claude Code reads
 // them to show a user their cap; the values follow what Claude Code's own gateway sends.
 const (
 	hUnified          = "Anthropic-Ratelimit-Unified-"

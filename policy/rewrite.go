@@ -90,7 +90,7 @@ func (o splice) empty() bool { return o.start == o.end && o.pre == "" && o.data 
 func (o splice) len() int { return len(o.pre) + len(o.data) + len(o.post) }
 
 // Rewrite applies p to a Messages or count_tokens request body (the same rules for both) and to its
-// headers, following issue 2:
+// headers:
 //
 //   - context_management.edits per p's mode (enforce / default / off), clear_thinking first, only
 //     with thinking on, "memory" in every clear_tool_uses edit's exclude_tools when memory is on;
@@ -313,8 +313,8 @@ func (pl *plan) placeTop(s string, end int) []splice {
 func (p *Policy) planEdits(pl *plan, info *RewriteInfo, s string, t *topLevel) (hasCM bool, _ error) {
 	hasCM = t.cm.found && t.cm.val.Type != gjson.Null
 	if p.ContextManagement.Mode == CMOff || info.OnDemand {
-		// An on-demand compaction request cannot carry context_management (compaction.md
-		// §1.2): nothing of it is added, the client's is left as sent.
+		// An on-demand compaction request cannot carry context_management (the
+		// API reference's compaction section, the request shape): nothing of it is added, the client's is left as sent.
 		info.Edits = editTypes(t.cm)
 	} else {
 		compact := p.ContextManagement.Compact.CompactFor(info.Model) && !signedCompactionFirst(t.messages)
@@ -651,7 +651,8 @@ func placeEdits(r *editsResult, s string, cm, edits member, empty bool, newArr s
 // enforcedEdits is what the tenant writes in place of the client's edits: its pre-rendered edits,
 // with compact when it applies (pausing only when the client asked for the pause and the policy
 // lets it). A client's own compact_20260112 is kept when the tenant writes none: a request that
-// replays a compaction block may be refused without the edit (unverified, compaction.md §1.3), so
+// replays a compaction block may be refused without the edit (unverified; the API reference's
+// compaction section, how a compaction block must come back), so
 // ctxproxy never strips it.
 func (p *Policy) enforcedEdits(client []clientEdit, thinking, compact bool) ([]clientEdit, []string, string) {
 	var clientCompact *clientEdit
@@ -884,7 +885,7 @@ func jsonKind(c byte) string {
 }
 
 // threadUnsupported is the API's own answer to a threaded request it cannot serve
-// (shared/spec/api-2026.md §3.2), given by ctxproxy for context.threads: unthread_edits so the
+// (the API reference's message-threads section), given by ctxproxy for context.threads: unthread_edits so the
 // SDK runners go on unthreaded exactly as they would after the API's.
 func threadUnsupported() *RequestError {
 	return &RequestError{
@@ -896,7 +897,8 @@ func threadUnsupported() *RequestError {
 }
 
 // signedCompactionFirst reports whether messages begins with a signed (on-demand) compaction
-// block: the API takes no compact edit with one (compaction.md §1.3, "Do not mix the two forms").
+// block: the API takes no compact edit with one (the API reference's compaction
+// section: "Do not mix the two forms").
 func signedCompactionFirst(messages member) bool {
 	if !messages.found || !messages.val.IsArray() {
 		return false

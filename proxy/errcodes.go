@@ -14,7 +14,7 @@ import (
 // An upstream error reply is relayed to the client as it came: status, body and headers
 // (retry-after, x-should-retry, request-id). ctxproxy reads its error.type and
 // error.details.error_code only to decide about its own retry and to name the error in
-// ctxproxy_errors_total (api-2026-12 spec, "New error codes a relay must pass through").
+// ctxproxy_errors_total (the December 2026 API reference, "New error codes a relay must pass through").
 
 // maxErrorPeek bounds what is read of an error reply to find its code; the API's are a few
 // hundred bytes.

@@ -1,7 +1,7 @@
 // Package claudecode_test runs the real Claude Code CLI (npm
 // @anthropic-ai/claude-code, pinned by package-lock.json in this folder)
-// through the real ctxproxy binary in front of the fake upstream (issue 9,
-// api.md §10), so `go test ./...` checks that Claude Code works through the
+// through the real ctxproxy binary in front of the fake upstream (the API
+// reference's "What real clients send"), so `go test ./...` checks that Claude Code works through the
 // proxy unchanged and gets memory and context editing from it.
 //
 // It installs the CLI with `npm ci` when node_modules is missing or does not

@@ -17,7 +17,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/stack"
 )
 
-// Issue 31: the API's cache diagnosis ctxproxy asks for (accounting.cache_diagnostics) never
+// The API's cache diagnosis ctxproxy asks for (accounting.cache_diagnostics) never
 // reaches the client. The same conversation goes through a tenant that asks ("asks") and one
 // that does not ("quiet"), both clearing old tool results, against the fake with its prompt
 // cache on; what the SDK hands the client must be the same bytes but for the reply ids.

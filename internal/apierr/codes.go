@@ -2,8 +2,8 @@ package apierr
 
 import "slices"
 
-// Error codes the API sends in error.details.error_code (api-2026-12 spec, "New error codes a
-// relay must pass through"). A relay passes them on unchanged; ctxproxy only reads them to
+// Error codes the API sends in error.details.error_code (the December 2026 API reference, "New error
+// codes a relay must pass through"). A relay passes them on unchanged; ctxproxy only reads them to
 // decide about its own retry and to name errors in its metrics.
 const (
 	CodeContractSpendLimit          = "contract_spend_limit_reached"            // 429

@@ -16,7 +16,7 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-// Thinking block binding (api-2026-12 §2), always on as in the API.
+// Thinking block binding (the December 2026 API reference's thinking-binding section), always on as in the API.
 //
 // Every thinking and redacted_thinking block the fake writes (scripted ones
 // included) is bound, when it is served, to:
@@ -465,7 +465,7 @@ func (a *API) checkBindings(p *parsed, h http.Header, meta gjson.Result, opts *O
 }
 
 // bindingError is the 400 for a block that fails a check the request does
-// not let drop it. No error_code: none is known (api-2026-12 §10.2).
+// not let drop it. No error_code: none is known (the December 2026 API reference's list of what is unverified).
 func bindingError(i, j int, reason string) *reqError {
 	why := map[string]string{
 		ReasonPrefix:       "the conversation before it differs from the conversation it was created in; send back the messages that preceded it unchanged, or set thinking.block_binding.prefix_mismatch_behavior to \"drop_block\"",

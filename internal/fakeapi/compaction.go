@@ -77,7 +77,7 @@ func (p *parsed) checkCompactionParam(c gjson.Result) *reqError {
 
 // checkThreadFeatures is the strict mode (Options.ThreadsRefuse): the API
 // may refuse fields in threads with 400 thread_unsupported_request, listing
-// them in error.details.unsupported (api-2026.md §3.2; unverified whether it
+// them in error.details.unsupported (the API reference's message-threads section; unverified whether it
 // does for context_management, hence switchable).
 func (p *parsed) checkThreadFeatures(refuse []string, thinkingSet bool) *reqError {
 	var unsupported []string
@@ -108,7 +108,7 @@ func checkCompactionBlock(b blockFacts, i, j int, needsEdit bool, p *parsed) *re
 	if !signed {
 		if needsEdit && p.compact == nil {
 			// Switchable (Options.CompactionBlockNeedsEdit): a third party reports that
-			// replayed blocks are refused without the strategy (compaction.md §1.3).
+			// replayed blocks are refused without the strategy (the API reference's compaction section).
 			return badRequest("messages.%d.content.%d: a compaction block requires the %s context management strategy", i, j, editCompact)
 		}
 		return nil

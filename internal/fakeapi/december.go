@@ -27,7 +27,7 @@ const (
 	EndUserBoth     = "both"             // the pair
 )
 
-// December holds the options of the December 2026 API (api-2026-12): the
+// December holds the options of the API as of December 2026 (the December 2026 API reference): the
 // model table, thinking block binding, billing and the switches for what
 // the SDKs leave unverified. It is embedded in Options, so its fields sit at
 // the top level of /_fake/options.
@@ -36,7 +36,7 @@ type December struct {
 	Models []Model `json:"models"`
 	// ModelBetaFieldsAlways serves capabilities.compaction and
 	// allowed_fallback_models without an anthropic-beta header too
-	// (unverified which the API does, api-2026-12 §10.1).
+	// (unverified which the API does, the December 2026 API reference's unverified list).
 	ModelBetaFieldsAlways bool `json:"model_beta_fields_always"`
 	// KeyErrors answers every request made with a credential by an error
 	// code (e.g. {"sk-x":"contract_spend_limit_reached"}): POST /v1/messages
@@ -45,7 +45,7 @@ type December struct {
 	// claude_code_key_creator_not_member).
 	KeyErrors map[string]string `json:"key_errors"`
 	// SpendLimitsNoRetry sends x-should-retry: false with the spend limit
-	// codes (unverified whether the API does, api-2026-12 §4).
+	// codes (unverified whether the API does, the December 2026 API reference's new-error-codes section).
 	SpendLimitsNoRetry bool `json:"spend_limits_no_retry"`
 	// UserProfiles, when not nil, is every user profile the organization
 	// has, each with "" (billable) or the error code billing it answers
@@ -55,27 +55,27 @@ type December struct {
 	// user_profile_not_found. nil: every profile exists and is billable.
 	UserProfiles map[string]string `json:"user_profiles"`
 	// BillingPolicyNeedsBeta refuses billing_policy without the
-	// user-profiles-billing-2026-10-01 beta (unverified, api-2026-12 §5.1).
+	// user-profiles-billing-2026-10-01 beta (unverified, the December 2026 API reference's billing section).
 	BillingPolicyNeedsBeta bool `json:"billing_policy_needs_beta"`
 	// Organizations maps credentials to organizations for thinking block
 	// binding; a credential not listed is an organization of its own.
 	Organizations map[string]string `json:"organizations"`
 	// EndUser is the request field binding reads as the end user: "" or
 	// "user_profile" (the header), "metadata_user_id", or "both" (which
-	// field it is is unverified, api-2026-12 §2.1).
+	// field it is is unverified, the December 2026 API reference's thinking-binding section).
 	EndUser string `json:"end_user"`
 	// PrefixBindingUnenforced lists models ("*": all) that do not enforce
 	// the prefix check: a block failing it is kept and reported as
 	// thinking_mismatch_allowed (which models enforce it by default is
-	// unverified, api-2026-12 §2.4).
+	// unverified, the December 2026 API reference's thinking-binding section).
 	PrefixBindingUnenforced []string `json:"prefix_binding_unenforced"`
 	// BindingMismatchRefuses makes the model, organization and end-user
 	// checks refuse the request like the prefix check under "error" rather
-	// than drop the block (unverified whether they can, api-2026-12 §2.2).
+	// than drop the block (unverified whether they can, the December 2026 API reference's thinking-binding section).
 	BindingMismatchRefuses bool `json:"binding_mismatch_refuses"`
 	// BetweenToolsRefusesClearThinking refuses clear_thinking_20251015 with
 	// thinking type between_tools, as with thinking off (unverified,
-	// api-2026-12 §3); by default the fake accepts it.
+	// the December 2026 API reference's between_tools section); by default the fake accepts it.
 	BetweenToolsRefusesClearThinking bool `json:"between_tools_refuses_clear_thinking"`
 }
 

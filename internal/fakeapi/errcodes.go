@@ -9,7 +9,7 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// Error codes the API sends in error.details.error_code (api-2026-12 §4; the
+// Error codes the API sends in error.details.error_code (the December 2026 API reference's new-error-codes section; the
 // pinned SDKs' ERROR_CODE_CLASSES pair each with its status). The fake
 // answers the ones it models by itself (request_body_*, user_profile_*,
 // linked_organization_*) and any of them when scripted: ErrorCodeReply,
@@ -36,7 +36,7 @@ const (
 
 // codeInfo is how the API answers one code. The status is the SDKs'; the
 // error.type follows the status (no SDK ties a type to a code: unverified
-// per code, api-2026-12 §4). header holds what the code's documentation
+// per code, the December 2026 API reference's new-error-codes section). header holds what the code's documentation
 // asks the client to honour.
 type codeInfo struct {
 	status  int
@@ -121,8 +121,8 @@ func addCodeHeaders(h http.Header, e *APIError, spendNoRetry bool) {
 			h.Set(k, v)
 		}
 	}
-	// Unverified whether the API sends it with the spend codes (api-2026-12
-	// §4); without it the SDKs retry every 429 by themselves.
+	// Unverified whether the API sends it with the spend codes (the December 2026 API
+	// reference's new-error-codes section); without it the SDKs retry every 429 by themselves.
 	if spendNoRetry && slices.Contains(spendCodes, code) && h.Get("X-Should-Retry") == "" {
 		h.Set("X-Should-Retry", "false")
 	}

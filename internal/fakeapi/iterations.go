@@ -6,8 +6,8 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// max_tokens bounds each call to the model, not the request (api-2026-12
-// §6): a request that uses server tools calls the model again after each
+// max_tokens bounds each call to the model, not the request (the December 2026 API
+// reference's max_tokens section): a request that uses server tools calls the model again after each
 // server tool result, so its usage.output_tokens can exceed max_tokens.
 //
 // The fake models that loop on a reply whose content holds server tool

@@ -164,7 +164,7 @@ func (m *Model) serve(beta bool) []byte {
 	}
 	if !beta {
 		// Unverified whether the API leaves these out of a request without
-		// any beta header (api-2026-12 §10.1); Options.ModelBetaFieldsAlways
+		// any beta header (the December 2026 API reference's unverified list); Options.ModelBetaFieldsAlways
 		// switches to serving them always.
 		b, _ = sjson.DeleteBytes(b, "allowed_fallback_models")
 		if m.Capabilities != nil {

@@ -107,7 +107,7 @@ func TestModelsListRefusesBadQueries(t *testing.T) {
 	}
 }
 
-// capabilityKeys is every key of capabilities per api-2026-12 §1.3.
+// capabilityKeys is every key of capabilities per the December 2026 API reference's models-capabilities section.
 var capabilityKeys = []string{"batch", "citations", "code_execution", "compaction", "context_management", "effort",
 	"image_input", "pdf_input", "server_tools", "structured_outputs", "thinking"}
 

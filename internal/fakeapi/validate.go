@@ -286,7 +286,7 @@ func (a *API) parseRequest(body []byte, h http.Header, countTokens bool, opts *O
 		}
 	}
 	if f.compaction != "" && f.compaction != "null" {
-		// count_tokens accepts the parameter and ignores it (compaction.md §1.2).
+		// count_tokens accepts the parameter and ignores it (the API reference's compaction section).
 		if e := p.checkCompactionParam(result(f.compaction)); e != nil {
 			return p, e
 		}
