@@ -1,5 +1,5 @@
 // Package memapi is the memory operator API: the hosted memory stores'
-// REST shape (/v1/memory_stores/..., the memory stores reference §2) over
+// REST shape (/v1/memory_stores/..., the memory stores reference's memory shape) over
 // ctxproxy's own stores, one store per tenant, so that the official SDKs'
 // memoryStores clients work against ctxproxy with a base URL and an
 // operator token. Beyond the hosted API: restore, diff, export, import,

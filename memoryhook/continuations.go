@@ -15,7 +15,7 @@ import (
 )
 
 // Continuations keep what the proxy owes the next request of a server-held
-// thread (spec §9): the tool_results of memory calls it ran but withheld from
+// thread (the API reference's threads section): the tool_results of memory calls it ran but withheld from
 // the client, and the id of the reply the thread really continues from. They
 // live with the memory store so that whichever replica serves the client's
 // continue finds them.

@@ -1,7 +1,7 @@
 // Package memoryhook runs the memory tool (memory_20250818) for ctxproxy:
 // the model's view, create, str_replace, insert, delete and rename calls,
 // against a guarded per-tenant store, answered with the exact strings the
-// official SDK helpers return (see the API reference §8).
+// official SDK helpers return (see the API reference's memory-tool section).
 //
 // Layers, outermost first:
 //   - Exec: one tool_use input (JSON) to one tool_result (Result).

@@ -13,7 +13,7 @@ import (
 // History: every successful write of a store with history (both stores)
 // adds versions, in the same lock or transaction as the write itself, so a
 // write never exists without its version nor a version without its write.
-// The shape follows Anthropic's hosted memory stores (the memory stores reference §2): a memory is a file with an id kept across renames;
+// The shape follows Anthropic's hosted memory stores (the memory stores reference's memory shape): a memory is a file with an id kept across renames;
 // a version records one operation on it with the content as of then and the
 // actor. Directories are not memories. History is never visible to the
 // model and counts against no model-visible limit.

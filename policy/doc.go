@@ -1,6 +1,6 @@
 // Package policy loads per-tenant context-management policies from a folder of YAML files, finds
 // the tenant of a request by the sha256 of its API key, and rewrites Messages API requests to apply
-// the tenant's policy (the API reference §1, §2, §9).
+// the tenant's policy (the API reference's headers, context-editing and threads sections).
 //
 // # Files
 //

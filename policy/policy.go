@@ -40,7 +40,7 @@ const (
 	EditClearToolUses     = "clear_tool_uses_20250919"
 	MemoryToolType        = "memory_20250818"
 	MemoryToolName        = "memory"
-	// EditCompact is server-side compaction (the compaction reference §1.2); it needs BetaCompact.
+	// EditCompact is server-side compaction (the compaction reference's request shape); it needs BetaCompact.
 	EditCompact = "compact_20260112"
 	BetaCompact = "compact-2026-01-12"
 	// MinCompactTrigger is the lowest trigger the API accepts for compact_20260112.
@@ -49,7 +49,7 @@ const (
 
 // ThreadsMode says what ctxproxy does with a threaded request (thread create or continue) to
 // which the policy adds context_management edits. Whether the API accepts edits in threads is
-// unverified (the 2026 API reference §3.2): it may answer 400 thread_unsupported_request.
+// unverified (the 2026 API reference's message-threads section): it may answer 400 thread_unsupported_request.
 type ThreadsMode string
 
 const (

@@ -44,7 +44,7 @@ type RewriteInfo struct {
 	Compact        bool     // the body ends up with a compact_20260112 edit
 	OnDemand       bool     // the body has a top-level compaction (on-demand compaction request)
 	Thinking       bool     // the request turns extended thinking on (enabled or adaptive)
-	ThreadContinue bool     // thread.type == "continue" (spec §9)
+	ThreadContinue bool     // thread.type == "continue" (the API reference's threads section)
 	Threaded       bool     // thread.type is "create" or "continue": the API holds the conversation
 	Model          string   // the top-level model, when a string
 	Stream         bool     // the top-level stream is true
@@ -95,7 +95,7 @@ func (o splice) len() int { return len(o.pre) + len(o.data) + len(o.post) }
 //   - context_management.edits per p's mode (enforce / default / off), clear_thinking first, only
 //     with thinking on, "memory" in every clear_tool_uses edit's exclude_tools when memory is on;
 //   - the memory tool appended to tools when memory is proxy or inject (never creating a tools
-//     array on a thread continue request, spec §9);
+//     array on a thread continue request, the API reference's threads section);
 //   - the context-management beta merged into h when the body ends up with context_management or
 //     the memory tool.
 //
@@ -376,7 +376,7 @@ func (p *Policy) planMemoryTool(pl *plan, info *RewriteInfo, s string, h http.He
 			info.MemoryAdded = true
 		}
 	case info.ThreadContinue || inline:
-		// The thread's tool set applies; a tools array here would replace it (spec §9).
+		// The thread's tool set applies; a tools array here would replace it (the API reference's threads section).
 	case tools.found: // "tools": null
 		pl.ops = append(pl.ops, splice{start: tools.val.Index, end: tools.end(), data: "[" + memoryToolJSON + "]"})
 		info.MemoryAdded = true

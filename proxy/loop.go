@@ -189,7 +189,7 @@ func (x *exchange) runMemory(ctx context.Context, e roundEnd) []byte {
 
 // nextBody is the request that continues the loop after reply replyID.
 // A full-history request gets the assistant turn and the results appended; a
-// thread is continued from replyID with only the results (spec §9).
+// thread is continued from replyID with only the results (the API reference's threads section).
 func nextBody(body []byte, replyID string, assistant, results []byte) ([]byte, error) {
 	// One pass finds thread and messages; a full-history body (the big one)
 	// is then built in one allocation, where two sjson appends would walk

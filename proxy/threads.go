@@ -12,7 +12,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 )
 
-// Threads (spec §9). A thread's state lives upstream, so what the proxy hid
+// Threads (the API reference's threads section). A thread's state lives upstream, so what the proxy hid
 // from the client must be squared when the client continues:
 //   - a reply that mixed memory calls with the client's own tools, or hit the
 //     iteration cap, left memory tool_use blocks in the thread that the

@@ -31,7 +31,7 @@ func (r Ratio) apply(m Money) Money {
 func (r Ratio) Apply(m Money) Money { return r.apply(m) }
 
 // Factors are the price table's factors (prices.yaml `factors:` and `web_search_per_1000`),
-// from the public pricing page (the 2026 API reference §3.4).
+// from the public pricing page (the 2026 API reference's usage-pricing section).
 type Factors struct {
 	CacheWrite   Ratio // 5-minute cache write × input, for entries without cache_write
 	CacheWrite1h Ratio // 1-hour cache write × input, for entries without cache_write_1h

@@ -25,7 +25,7 @@ type Usage struct {
 	WebSearchRequests int64 `json:"web_search_requests,omitempty"`
 }
 
-// Iteration types of usage.iterations (the compaction reference §1.6).
+// Iteration types of usage.iterations (the compaction reference's applied_edits and usage section).
 const (
 	IterationMessage         = "message"
 	IterationCompaction      = "compaction"

@@ -70,7 +70,7 @@
 //     typed (server) tools need a name; names unique.
 //   - context_management needs the context-management-2025-06-27 beta; edits
 //     of types clear_tool_uses_20250919, clear_thinking_20251015,
-//     compact_20260112 only, with exactly the fields and shapes of spec §2
+//     compact_20260112 only, with exactly the fields and shapes of the API reference's context-editing section
 //     (unknown fields rejected); each type at most once; clear_thinking first
 //     when several; clear_thinking only with thinking enabled or adaptive.
 //   - thread needs the message-threads-2026-08-12 beta.

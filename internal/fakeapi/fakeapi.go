@@ -59,12 +59,12 @@ type Options struct {
 	// ThreadsRefuse is the strict threads mode: a threaded request carrying
 	// any of these fields ("context_management", "thinking") is answered 400
 	// thread_unsupported_request with details.unsupported listing them, as
-	// the API may (unverified, the 2026 API reference §3.2). Empty: threads
+	// the API may (unverified, the 2026 API reference's message-threads section). Empty: threads
 	// take every field.
 	ThreadsRefuse []string `json:"threads_refuse"`
 	// CompactionBlockNeedsEdit refuses a replayed (unsigned) compaction block
 	// in a request without the compact_20260112 edit, as one third party
-	// reports the API does (unverified, the compaction reference §1.3).
+	// reports the API does (unverified, the compaction reference on how a compaction block must come back).
 	CompactionBlockNeedsEdit bool `json:"compaction_block_needs_edit"`
 	// CacheOptions model the prompt cache and cache diagnostics; off by
 	// default (cache.go).

@@ -85,7 +85,7 @@ type Usage struct {
 	CacheCreation *CacheCreation `json:"cache_creation,omitempty"`
 }
 
-// errorTypes maps a status to its error.type (spec §7).
+// errorTypes maps a status to its error.type (the API reference's errors section).
 var errorTypes = map[int]string{
 	400: "invalid_request_error",
 	401: "authentication_error",
@@ -234,7 +234,7 @@ func ToolUse(id, name string, input any) json.RawMessage {
 }
 
 // Memory is a tool_use block calling the memory tool with input (a map or
-// struct with the command's fields, see spec §8).
+// struct with the command's fields, see the API reference's memory-tool section).
 func Memory(input any) json.RawMessage { return ToolUse("", "memory", input) }
 
 // MemoryView calls the memory tool's view command; viewRange is optional [start, end].

@@ -7,7 +7,7 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// thread is the server-held state stored under a reply's id (spec §9).
+// thread is the server-held state stored under a reply's id (the API reference's threads section).
 type thread struct {
 	system   json.RawMessage
 	tools    json.RawMessage
