@@ -2,8 +2,8 @@
 // call's cache misses are charged to (the net-savings rules).
 //
 // The API applies context edits on its side, so its cache diagnostics compare requests as sent
-// and will most likely not see a miss an edit caused (shared spec: prompt caching, cache
-// diagnostics). The damage shows in usage instead, and the proxy is the one party that sees every
+// and will most likely not see a miss an edit caused (the API reference's prompt-caching
+// section, cache diagnostics). The damage shows in usage instead, and the proxy is the one party that sees every
 // call of a conversation: a call that cleared more than the previous call of its conversation
 // (a new clearing point) and read less than that call cached missed the difference because of
 // the edits, unless the miss has another cause this package can tell.
@@ -12,6 +12,13 @@
 // resends its history is recognised by the tool uses of its last assistant turn, which are the
 // previous reply's (tool_use ids are unique). A conversation a replica has not seen (the first
 // call, another replica's, state lost in a restart) is unknown.
+//
+// The pieces: ReadRequest reads what a request says about its conversation (its keys, whether
+// the client asked for cache diagnostics itself); a Tracker remembers each conversation's
+// previous call (Prev) in bounded memory; Attribute gives a call's Verdict, the missed tokens and
+// their cause (a change ctxproxy sees in model, tools or system first, then the API's own
+// diagnosis when the proxy asked for it, then expiry, and only then the edits), which package
+// tokens prices as the edits' cache penalty.
 package cachetrack
 
 import (

@@ -14,6 +14,27 @@
 //     store implements Backend too, and memoryhook/storetest checks that
 //     both answer character for character alike.
 //
+// Around the commands:
+//   - Scopes: a Scope with Mounts serves one /memories tree from several
+//     stores (a tenant's, a team's, a user's), the longest mount deciding,
+//     read-only mounts refusing writes and listings merged (scopes.go).
+//   - The gate: a Gate in the Scope (memory.gate) refuses a model's write
+//     that holds a secret (FindSecret names its kind, never the secret) or
+//     passes the user's writes per minute (WriteRate), before anything is
+//     stored; a Refusal says why (read_only, secret or rate).
+//   - History: every write keeps a Version (who wrote it, Scope.Actor: the
+//     model's call, an operator, the system) of a Memory whose id survives
+//     renames, the hosted memory stores' shape. History is what a store with
+//     versions offers, Governed a Store with history; Retention and
+//     PruneSet decide which versions are pruned (the head of a live memory
+//     never is).
+//   - Operator writes: Operator runs an operator's writes (create, update,
+//     delete, restore: the operator API's and the CLI's) through the same
+//     Backend with Scope.Expect preconditions checked inside the write's
+//     lock or transaction; operators' writes carry no Gate.
+//   - Continuations: what the proxy owes the next request of a server-held
+//     thread, kept beside the memory so any replica finds it.
+//
 // # Implementing a Backend (the PostgreSQL store)
 //
 // Results are the command layer's business; a Backend only has to keep the

@@ -1,6 +1,17 @@
 // Package tokens turns the usage and context_management.applied_edits of upstream replies into
-// per-tenant figures: parsing (non-streaming bodies and SSE events), prices, Prometheus metrics,
-// a ledger of upstream calls and reports built from it.
+// per-tenant figures: parsing (non-streaming bodies and SSE events: ParseReply, StreamMeter),
+// prices (a built-in table, prices.yaml), Prometheus metrics, a ledger of upstream calls (a file
+// or PostgreSQL, written by the Recorder off the request path) and the reports built from it
+// (`ctxproxy report`, /admin/report, the console).
+//
+// Savings are net of the prompt cache, defined once (savings.go): what clearing saved at the
+// price the cleared tokens would have cost, less what re-writing the cache misses the edits
+// caused cost over reading them (the miss causes, MissCauses, are package cachetrack's
+// diagnosis). Net savings may be negative.
+//
+// Reports over long periods read rollups (rollup.go): sums per hour (the file ledger: per day)
+// and tenant, model, key id or user that each ledger keeps as it appends, the lines themselves
+// read only for the parts of a bucket at either end of the period.
 package tokens
 
 import (
