@@ -1,7 +1,11 @@
 // Package admin is ctxproxy's operator API under /admin: who may call it
 // (the admin token for every tenant, a tenant's operator token for its own)
 // and the routes (/admin/report, /admin/keys). What the routes act on lives
-// in the packages that own it (tokens, keys); this package only speaks HTTP.
+// in the packages that own it (tokens and limits for the report, keys for
+// the keys); this package only speaks HTTP. PolicyAuth reads the operator
+// tokens from the tenants' policies (by sha256), so a reload changes them.
+// The console and the memory operator API (package memapi) authorise
+// through the same Auth.
 package admin
 
 import (

@@ -3,6 +3,14 @@
 // reservation with the real cost afterwards. The proxy calls only Admit, Ticket.Settle and
 // Ticket.Release; the counters live in a SpendStore and a RateStore (memory for one process,
 // PostgreSQL or Redis for replicas).
+//
+// Caps are per tenant and, with the policy's user_from, per end user too (UserOf: the key id, a
+// header or the body's metadata.user_id), in calendar periods (Bucket: day, ISO week, month, UTC).
+// A Message Batch is admitted whole and paid for when its results pass through (batch.go:
+// AdmitBatch, OpenBatch, ClaimBatch). The replies carry the unified rate-limit headers Claude
+// Code's gateway protocol reads (headers.go), and a capped tenant's clients never see the
+// upstream organisation's anthropic-ratelimit-* headers (HideUpstreamRatelimit). Caps lists what
+// is spent against every cap for the reports.
 package limits
 
 import (

@@ -10,8 +10,9 @@ import (
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
-// Header names of Claude Code's gateway protocol (the API reference's Claude Code gateway section). Claude Code reads
-// them to show a user their cap; the values follow what Claude Code's own gateway sends.
+// Header names of Claude Code's gateway protocol (the API reference's Claude Code gateway
+// section). Claude Code reads them to show a user their cap; the values follow what Claude
+// Code's own gateway sends.
 const (
 	hUnified          = "Anthropic-Ratelimit-Unified-"
 	HeaderStatus      = hUnified + "Status"
