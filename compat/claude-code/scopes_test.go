@@ -17,8 +17,8 @@ import (
 	"github.com/ctxproxy/ctxproxy/stack"
 )
 
-// Issue 34 with Claude Code run for real: a tenant with the issue's example
-// memory.scopes (a read-only /memories/team of the tenant's store, and each
+// Memory scopes with Claude Code run for real: a tenant with the README's
+// example memory.scopes (a read-only /memories/team of the tenant's store, and each
 // user's own /memories). An operator writes /memories/team/guidelines.md
 // through the operator API; in one `claude -p` session, Claude Code holding
 // a ctxproxy key of user dev, the scripted model writes its own note, views
