@@ -1,5 +1,16 @@
-// Package proxy is ctxproxy's HTTP side: routes, upstream forwarding, the SSE
-// relay, the API's error shape and the memory loop.
+// Package proxy is ctxproxy's HTTP side. A Messages or count_tokens request is
+// admitted (its tenant by its key, ctxproxy's own keys checked through a
+// KeyVerifier, the tenant's caps and per-minute limits through package
+// limits), rewritten by the tenant's policy (package policy), sent upstream
+// (whole, or while it is still read for large bodies: lead.go) and answered
+// plain or as a relayed SSE stream; when the model calls the memory tool the
+// proxy runs the call itself (package memoryhook) and continues the
+// conversation upstream (the memory loop, threads included). Each upstream
+// call is accounted (package tokens), with what the edits did to the prompt
+// cache (package cachetrack). Message Batches are admitted and settled
+// against the caps; every other /v1/ route passes through untouched but for
+// the credential. /healthz, /readyz, the admin API and the console are
+// mounted here; errors use the API's own shape (internal/apierr).
 package proxy
 
 import (
