@@ -1,6 +1,6 @@
 // Package memapi is the memory operator API: the hosted memory stores'
-// REST shape (/v1/memory_stores/..., the memory stores reference's memory shape) over
-// ctxproxy's own stores, one store per tenant, so that the official SDKs'
+// REST shape (/v1/memory_stores/..., as the memory stores reference
+// describes it) over ctxproxy's own stores, one store per tenant, so that the official SDKs'
 // memoryStores clients work against ctxproxy with a base URL and an
 // operator token. Beyond the hosted API: restore, diff, export, import,
 // purge and an audit log of every operator call.

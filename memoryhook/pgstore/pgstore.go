@@ -6,6 +6,11 @@
 // result string comes from memoryhook and matches the file store's
 // character for character (memoryhook/storetest runs against both).
 //
+// It also keeps each memory's history (memoryhook.History: the versions
+// written in the same transaction as the write, redaction, pruning) and
+// the threads' continuations (memoryhook.Continuations), so the operator
+// API and every replica see the same.
+//
 // Every query names the tenant (it leads every primary key). Each write is
 // one transaction that first locks the tenant's usage row (SELECT … FOR
 // UPDATE), then the rows it changes: writes of one tenant are serialised
