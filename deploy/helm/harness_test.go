@@ -71,9 +71,9 @@ type process struct {
 	Addr  string
 	Addrs map[string]string // the addr of each line before the ready line that has one, by msg
 	cmd   *exec.Cmd
-	mu   sync.Mutex
-	log  strings.Builder
-	done chan struct{}
+	mu    sync.Mutex
+	log   strings.Builder
+	done  chan struct{}
 }
 
 // start runs cmd until the JSON log line whose msg is readyMsg, and takes its
