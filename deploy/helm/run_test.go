@@ -307,7 +307,7 @@ func TestChartSetsOnlyTheBinarysVariables(t *testing.T) {
 	}
 	set := map[string]bool{}
 	for _, values := range []string{"default-values.yaml", "replicas-existing-secret-values.yaml", "autoscaling-servicemonitor-values.yaml"} {
-		r, err := render(t, chartDir, []string{ciValues(values)}, "prices=/policies/prices.yaml", "debugAddr=127.0.0.1:6060", "debugPoisonBuffers=true", "debugManualClock=true", "trustedProxies=10.0.0.0/8", "adminToken.existingSecret=admin",
+		r, err := render(t, chartDir, []string{ciValues(values)}, "prices=/policies/prices.yaml", "debugAddr=127.0.0.1:6060", "debugPoisonBuffers=true", "debugManualClock=true", "debugNoCacheTracking=true", "trustedProxies=10.0.0.0/8", "adminToken.existingSecret=admin",
 			"limitsStore=memory", "ratelimitStore=redis://redis:6379/0")
 		if err != nil {
 			t.Fatal(err)

@@ -155,6 +155,10 @@ capabilities:
 - name: CTXPROXY_DEBUG_MANUAL_CLOCK
   value: "true"
 {{- end }}
+{{- if .Values.debugNoCacheTracking }}
+- name: CTXPROXY_DEBUG_NO_CACHE_TRACKING
+  value: "true"
+{{- end }}
 - name: CTXPROXY_METRICS_ADDR
   value: {{ printf "0.0.0.0:%d" (int .Values.metricsPort) | quote }}
 {{- with .Values.trustedProxies }}
