@@ -12,6 +12,13 @@
 // upstream.retries 0 (200ms base, 5s max delay). A block left null (everything under it
 // commented out) counts as omitted. Load errors are LoadErrors, each "file:line: problem".
 //
+// # Shadow candidates
+//
+// A shadow block names candidate policies the policy lab measures (package shadow): sample
+// (0 < sample <= 1), max_per_minute (default 60) and candidates, each a name and a
+// context_management in the tenant's own schema. A candidate's Policy is the tenant's with that
+// context_management, so its Rewrite is the request as the candidate would have written it.
+//
 // # Reloads
 //
 // A Set is immutable; Store swaps whole Sets atomically, so a request never sees half a reload, and

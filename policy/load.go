@@ -175,12 +175,19 @@ func parseFile(path, name string, data []byte, readKeys bool) (*Policy, LoadErro
 		ps.add(p.Line, "%s", err.Error())
 		return nil, ps.errs
 	}
+	if err := p.renderCandidates(); err != nil {
+		ps.add(p.Line, "%s", err.Error())
+		return nil, ps.errs
+	}
 	return p, nil
 }
 
 type parser struct {
 	file string
 	errs LoadErrors
+	// shadowCMs are the shadow candidates' context_management nodes, read once the tenant's
+	// policy is whole (shadowCandidates).
+	shadowCMs []*yaml.Node
 }
 
 func (ps *parser) add(line int, format string, args ...any) {
@@ -315,7 +322,7 @@ func (ps *parser) policy(n *yaml.Node, isDefault bool) *Policy {
 	}
 	var tenantSeen, keysSeen bool
 	var keysLine int
-	ok := ps.fields(n, "the policy", []string{"tenant", "api_keys_sha256", "operator_tokens_sha256", "context_management", "memory", "upstream", "limits", "tracing", "accounting"}, func(key string, k, v *yaml.Node) {
+	ok := ps.fields(n, "the policy", []string{"tenant", "api_keys_sha256", "operator_tokens_sha256", "context_management", "memory", "upstream", "limits", "tracing", "accounting", "shadow"}, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "tenant":
 			tenantSeen = true
@@ -353,6 +360,9 @@ func (ps *parser) policy(n *yaml.Node, isDefault bool) *Policy {
 			ps.tracing(v, &p.Tracing)
 		case "accounting":
 			ps.accounting(v, &p.Accounting)
+		case "shadow":
+			p.Shadow = ps.shadow(v)
+			ps.shadowCandidates(p.Shadow)
 		}
 	})
 	if !ok {

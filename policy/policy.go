@@ -123,6 +123,7 @@ type Policy struct {
 	Limits            Limits // spend caps and per-minute limits
 	Tracing           Tracing
 	Accounting        Accounting
+	Shadow            *Shadow // the policy lab's candidates; nil: none measured
 
 	// Pre-rendered edits (JSON objects), nil when the tenant does not configure the edit.
 	// clearToolUsesJSON already lists "memory" in exclude_tools when memory is not off.
@@ -376,6 +377,9 @@ func (p *Policy) Summary() string {
 	}
 	if p.Tracing.Content {
 		b.WriteString(", traces carry content")
+	}
+	if p.Shadow != nil {
+		b.WriteString(", " + p.Shadow.summary())
 	}
 	return b.String()
 }
