@@ -74,6 +74,14 @@ type Call struct {
 	// negative. Filled by Prices.Price.
 	SavingsGross Money
 	CachePenalty Money
+
+	// Conversation names the conversation the call belongs to, as this replica tracks it (its
+	// first call's message id); "" when not tracked. The policy lab and `ctxproxy advise`
+	// read a conversation's calls by it.
+	Conversation string
+	// Shadow is set for a policy-lab measurement (endpoint "shadow"): billed nothing, left out
+	// of reports, metrics and caps like a count_tokens call.
+	Shadow *Shadow
 }
 
 // CacheEffect values of a ledger line.
@@ -220,6 +228,17 @@ type record struct {
 
 	CompactedInputTokens int64 `json:"compacted_input_tokens,omitempty"`
 	CompactionSavingsUSD Money `json:"compaction_savings_usd,omitempty"`
+
+	Conversation string `json:"conversation,omitempty"`
+	// A policy-lab measurement (endpoint "shadow").
+	Name                string `json:"name,omitempty"`
+	Shadows             string `json:"shadows,omitempty"`
+	InputTokens         *int64 `json:"input_tokens,omitempty"`
+	OriginalInputTokens *int64 `json:"original_input_tokens,omitempty"`
+	EstimatedCostUSD    *Money `json:"estimated_cost_usd,omitempty"`
+	EstimatedSavingsUSD *Money `json:"estimated_savings_usd,omitempty"`
+	NewClearingPoint    *bool  `json:"new_clearing_point,omitempty"`
+	CompactNotMeasured  bool   `json:"compact_not_measured,omitempty"`
 }
 
 // EndpointCountTokens is the ledger's "endpoint" of a count_tokens call.
@@ -369,7 +388,7 @@ func AppendCall(b []byte, c *Call) []byte {
 	b = c.Cost.appendDecimal(b, -1)
 	b = append(b, `,"savings_usd":`...)
 	b = c.Savings.appendDecimal(b, -1)
-	if c.CountTokens == nil {
+	if c.CountTokens == nil && c.Shadow == nil {
 		b = appendSavingsParts(b, c)
 	}
 	flag("price_unknown", c.PriceUnknown)
@@ -398,6 +417,9 @@ func AppendCall(b []byte, c *Call) []byte {
 		b = append(b, `,"compaction_cost_usd":`...)
 		b = c.CompactionCost.appendDecimal(b, -1)
 	}
+	if c.Shadow != nil {
+		str("endpoint", EndpointShadow)
+	}
 	if ct := c.CountTokens; ct != nil {
 		str("endpoint", EndpointCountTokens)
 		b = append(b, `,"count_tokens":{"input_tokens":`...)
@@ -418,6 +440,23 @@ func AppendCall(b []byte, c *Call) []byte {
 	if c.CompactionSavings != 0 {
 		b = append(b, `,"compaction_savings_usd":`...)
 		b = c.CompactionSavings.appendDecimal(b, -1)
+	}
+	if c.Conversation != "" {
+		str("conversation", c.Conversation)
+	}
+	if sh := c.Shadow; sh != nil {
+		str("name", sh.Name)
+		str("shadows", sh.Shadows)
+		num("input_tokens", sh.InputTokens)
+		num("original_input_tokens", sh.OriginalInputTokens)
+		b = append(b, `,"estimated_cost_usd":`...)
+		b = sh.EstimatedCost.appendDecimal(b, -1)
+		b = append(b, `,"estimated_savings_usd":`...)
+		b = sh.EstimatedSavings.appendDecimal(b, -1)
+		flag("new_clearing_point", sh.NewClearingPoint)
+		if sh.CompactNotMeasured {
+			flag("compact_not_measured", true)
+		}
 	}
 	return append(b, '}')
 }
@@ -560,7 +599,27 @@ func UnmarshalCall(line []byte) (Call, error) {
 			c.CountTokens.OriginalInputTokens, c.CountTokens.HasOriginal = ct.ContextManagement.OriginalInputTokens, true
 		}
 	}
-	if c.CacheEffect == "" && c.CountTokens == nil {
+	c.Conversation = r.Conversation
+	if r.Endpoint == EndpointShadow {
+		sh := &Shadow{Name: r.Name, Shadows: r.Shadows, NewClearingPoint: r.NewClearingPoint != nil && *r.NewClearingPoint,
+			CompactNotMeasured: r.CompactNotMeasured}
+		for _, f := range []struct {
+			dst *int64
+			src *int64
+		}{{&sh.InputTokens, r.InputTokens}, {&sh.OriginalInputTokens, r.OriginalInputTokens}} {
+			if f.src != nil {
+				*f.dst = *f.src
+			}
+		}
+		if r.EstimatedCostUSD != nil {
+			sh.EstimatedCost = *r.EstimatedCostUSD
+		}
+		if r.EstimatedSavingsUSD != nil {
+			sh.EstimatedSavings = *r.EstimatedSavingsUSD
+		}
+		c.Shadow = sh
+	}
+	if c.CacheEffect == "" && c.CountTokens == nil && c.Shadow == nil {
 		c.CacheEffect = CacheNone
 	}
 	for _, raw := range r.AppliedEdits {

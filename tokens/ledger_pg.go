@@ -178,6 +178,19 @@ var PGSchema = pgmigrate.Schema{Name: "ledger", Versions: [][]string{
 			sum(savings_gross_nano_usd), sum(cache_penalty_nano_usd), sum(cache_missed_input_tokens), sum(cache_effect_unknown_calls)
 			FROM ctxproxy_ledger_rollup GROUP BY 1, 2, 3, 4`,
 	},
+	// 12: the conversation a call belongs to, and the policy lab's measurements (shadow_name
+	// NULL on every other line; rollups never count them).
+	{
+		`ALTER TABLE ctxproxy_ledger ADD COLUMN conversation text NOT NULL DEFAULT '',
+			ADD COLUMN shadow_name text,
+			ADD COLUMN shadow_of text NOT NULL DEFAULT '',
+			ADD COLUMN shadow_input_tokens bigint NOT NULL DEFAULT 0,
+			ADD COLUMN shadow_original_input_tokens bigint NOT NULL DEFAULT 0,
+			ADD COLUMN estimated_cost_nano_usd bigint NOT NULL DEFAULT 0,
+			ADD COLUMN estimated_savings_nano_usd bigint NOT NULL DEFAULT 0,
+			ADD COLUMN new_clearing_point boolean NOT NULL DEFAULT false,
+			ADD COLUMN compact_not_measured boolean NOT NULL DEFAULT false`,
+	},
 }}
 
 // pgRollupTables are the rollup tables by bucket width, widest first.
@@ -216,9 +229,17 @@ const pgColumns = `INSERT INTO ctxproxy_ledger (time, tenant, model, request_id,
 		applied_edits, cleared_input_tokens, cost_nano_usd, savings_nano_usd, price_unknown, key_id, user_name,
 		web_search_requests, service_tier, iterations, cost_breakdown, compactions, compaction_cost_nano_usd,
 		count_input_tokens, count_original_input_tokens, compacted_input_tokens, compaction_savings_nano_usd, cut, batch_id, custom_id,
-		savings_gross_nano_usd, cache_penalty_nano_usd, cache_missed_input_tokens, cache_effect, cache_miss_cause) VALUES `
+		savings_gross_nano_usd, cache_penalty_nano_usd, cache_missed_input_tokens, cache_effect, cache_miss_cause, ` +
+	pgColumnsV12 + `) VALUES `
 
-const pgNumColumns = 37
+// pgColumnsV12 are the columns schema 12 added, last in pgColumns.
+const pgColumnsV12 = `conversation, shadow_name, shadow_of, shadow_input_tokens, shadow_original_input_tokens,
+		estimated_cost_nano_usd, estimated_savings_nano_usd, new_clearing_point, compact_not_measured`
+
+const (
+	pgNumColumns    = 46
+	pgNumColumnsV12 = 9
+)
 
 // AppendBatch inserts cs in one multi-row INSERT and adds them to their rollups, in one
 // round trip and one transaction: all of them or none, never a line without its rollup.
@@ -339,13 +360,20 @@ func appendPGArgs(args []any, c *Call) []any {
 	if effect == "" {
 		effect = CacheNone
 	}
+	var sh Shadow
+	var shName *string
+	if c.Shadow != nil {
+		sh, shName = *c.Shadow, &c.Shadow.Name
+	}
 	return append(args,
 		c.Time.UTC().Truncate(time.Microsecond), c.Tenant, c.Model, c.RequestID, c.MessageID, c.Stream, c.Status,
 		u.InputTokens, u.OutputTokens, u.CacheCreationInputTokens, u.CacheCreation1hInputTokens, u.CacheReadInputTokens,
 		string(edits), c.ClearedInputTokens(), int64(c.Cost), int64(c.Savings), c.PriceUnknown, c.KeyID, c.User,
 		u.WebSearchRequests, c.ServiceTier, its, breakdown, c.Compactions, int64(c.CompactionCost),
 		countIn, countOrig, c.CompactedInputTokens, int64(c.CompactionSavings), c.Cut, c.BatchID, c.CustomID,
-		gross, int64(c.CachePenalty), c.CacheMissedInputTokens, effect, c.CacheMissCause)
+		gross, int64(c.CachePenalty), c.CacheMissedInputTokens, effect, c.CacheMissCause,
+		c.Conversation, shName, sh.Shadows, sh.InputTokens, sh.OriginalInputTokens, int64(sh.EstimatedCost),
+		int64(sh.EstimatedSavings), sh.NewClearingPoint, sh.CompactNotMeasured)
 }
 
 // Query returns the calls matching f in insertion order.
@@ -368,7 +396,9 @@ func pgQueryLines(ctx context.Context, db pgQuerier, f Filter, fn func(*Call)) e
 		applied_edits::text, cost_nano_usd, savings_nano_usd, price_unknown, key_id, user_name,
 		web_search_requests, service_tier, iterations::text, cost_breakdown::text, compactions, compaction_cost_nano_usd,
 		count_input_tokens, count_original_input_tokens, compacted_input_tokens, compaction_savings_nano_usd, cut, batch_id, custom_id,
-		COALESCE(savings_gross_nano_usd, savings_nano_usd), cache_penalty_nano_usd, cache_missed_input_tokens, cache_effect, cache_miss_cause
+		COALESCE(savings_gross_nano_usd, savings_nano_usd), cache_penalty_nano_usd, cache_missed_input_tokens, cache_effect, cache_miss_cause,
+		conversation, shadow_name, shadow_of, shadow_input_tokens, shadow_original_input_tokens, estimated_cost_nano_usd,
+		estimated_savings_nano_usd, new_clearing_point, compact_not_measured
 		FROM ctxproxy_ledger WHERE true`+where+` ORDER BY id`, args...)
 	if err != nil {
 		return fmt.Errorf("query ledger: %w", err)
@@ -380,13 +410,18 @@ func pgQueryLines(ctx context.Context, db pgQuerier, f Filter, fn func(*Call)) e
 		var its, breakdown *string
 		var cost, savings, compactionCost, compactionSavings, gross, penalty int64
 		var countIn, countOrig *int64
+		var shName *string
+		var sh Shadow
+		var estCost, estSavings int64
 		u := &c.Usage
 		if err := rows.Scan(&c.Time, &c.Tenant, &c.Model, &c.RequestID, &c.MessageID, &c.Stream, &c.Status,
 			&u.InputTokens, &u.OutputTokens, &u.CacheCreationInputTokens, &u.CacheCreation1hInputTokens, &u.CacheReadInputTokens,
 			&edits, &cost, &savings, &c.PriceUnknown, &c.KeyID, &c.User,
 			&u.WebSearchRequests, &c.ServiceTier, &its, &breakdown, &c.Compactions, &compactionCost, &countIn, &countOrig,
 			&c.CompactedInputTokens, &compactionSavings, &c.Cut, &c.BatchID, &c.CustomID,
-			&gross, &penalty, &c.CacheMissedInputTokens, &c.CacheEffect, &c.CacheMissCause); err != nil {
+			&gross, &penalty, &c.CacheMissedInputTokens, &c.CacheEffect, &c.CacheMissCause,
+			&c.Conversation, &shName, &sh.Shadows, &sh.InputTokens, &sh.OriginalInputTokens, &estCost,
+			&estSavings, &sh.NewClearingPoint, &sh.CompactNotMeasured); err != nil {
 			return fmt.Errorf("query ledger: %w", err)
 		}
 		c.Time = c.Time.UTC()
@@ -394,6 +429,10 @@ func pgQueryLines(ctx context.Context, db pgQuerier, f Filter, fn func(*Call)) e
 		c.SavingsGross, c.CachePenalty = Money(gross), Money(penalty)
 		if err := readBreakdown(&c, its, breakdown); err != nil {
 			return fmt.Errorf("query ledger: %w", err)
+		}
+		if shName != nil {
+			sh.Name, sh.EstimatedCost, sh.EstimatedSavings = *shName, Money(estCost), Money(estSavings)
+			c.Shadow, c.CacheEffect = &sh, ""
 		}
 		if countIn != nil {
 			c.CacheEffect = "" // a count has no savings, so no cache effect

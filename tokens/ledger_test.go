@@ -52,6 +52,12 @@ func sampleCalls() []Call {
 			CountTokens: &CountTokens{InputTokens: 25000, OriginalInputTokens: 70000, HasOriginal: true}},
 		{Time: t0.Add(31 * time.Hour), Tenant: "acme", Model: "claude-opus-4-8", RequestID: "req_6", Status: 200,
 			CountTokens: &CountTokens{InputTokens: 12}},
+		// a call of a tracked conversation, and a policy-lab measurement of it
+		{Time: t0.Add(40 * time.Hour), Tenant: "acme", Model: "claude-opus-4-8", RequestID: "req_7", MessageID: "msg_7", Status: 200,
+			Usage: Usage{InputTokens: 100, OutputTokens: 10}, Cost: 750_000, Savings: 0, CacheEffect: CacheNone, Conversation: "msg_1"},
+		{Time: t0.Add(40*time.Hour + time.Second), Tenant: "acme", KeyID: "0a1b2c3d", Model: "claude-opus-4-8", RequestID: "req_8", Status: 200,
+			Shadow: &Shadow{Name: "keep-5", Shadows: "req_7", InputTokens: 80, OriginalInputTokens: 100,
+				EstimatedCost: 650_000, EstimatedSavings: 100_000, NewClearingPoint: true, CompactNotMeasured: true}},
 	}
 }
 
@@ -660,7 +666,14 @@ func TestAppendCallMatchesTheRecordType(t *testing.T) {
 			BatchID: c.BatchID, CustomID: c.CustomID,
 			ServiceTier: c.ServiceTier, Compactions: c.Compactions, CompactionCostUSD: c.CompactionCost,
 			CompactedInputTokens: c.CompactedInputTokens, CompactionSavingsUSD: c.CompactionSavings}
-		if c.CountTokens == nil {
+		r.Conversation = c.Conversation
+		if sh := c.Shadow; sh != nil {
+			r.Endpoint, r.Name, r.Shadows = EndpointShadow, sh.Name, sh.Shadows
+			in, orig, cost, savings, point := sh.InputTokens, sh.OriginalInputTokens, sh.EstimatedCost, sh.EstimatedSavings, sh.NewClearingPoint
+			r.InputTokens, r.OriginalInputTokens, r.EstimatedCostUSD, r.EstimatedSavingsUSD, r.NewClearingPoint = &in, &orig, &cost, &savings, &point
+			r.CompactNotMeasured = sh.CompactNotMeasured
+		}
+		if c.CountTokens == nil && c.Shadow == nil {
 			gross, penalty, missed := c.SavingsGross, c.CachePenalty, c.CacheMissedInputTokens
 			r.SavingsGrossUSD, r.CachePenaltyUSD, r.CacheMissedInputTokens = &gross, &penalty, &missed
 			r.CacheEffect, r.CacheMissCause = c.CacheEffect, c.CacheMissCause

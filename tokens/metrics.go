@@ -47,6 +47,8 @@ type Metrics struct {
 	openStreams     *prometheus.GaugeVec     // tenant
 	ledgerErrors    prometheus.Counter
 	ledgerDropped   prometheus.Counter
+	shadowDropped   *prometheus.CounterVec // tenant, candidate
+	shadowErrors    *prometheus.CounterVec // tenant, candidate
 
 	tenants atomic.Pointer[map[string]struct{}]
 	models  atomic.Pointer[modelSet]
@@ -201,7 +203,13 @@ func NewMetrics(tenants, models []string) *Metrics {
 	m.ledgerDropped = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ctxproxy_ledger_dropped_total", Help: "Ledger records dropped because the write queue was full.",
 	})
-	for _, c := range []prometheus.Collector{m.requests, m.upstreamCalls, m.upstream, m.overhead, m.tokensTotal,
+	m.shadowDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_shadow_dropped_total", Help: "Policy-lab count_tokens calls not made (the candidate's max_per_minute or the bound on calls in flight was reached), by tenant and candidate.",
+	}, []string{"tenant", "candidate"})
+	m.shadowErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_shadow_errors_total", Help: "Policy-lab count_tokens calls that failed (no answer, or not 200), by tenant and candidate.",
+	}, []string{"tenant", "candidate"})
+	for _, c := range []prometheus.Collector{m.shadowDropped, m.shadowErrors, m.requests, m.upstreamCalls, m.upstream, m.overhead, m.tokensTotal,
 		m.clearedInput, m.clearedToolUses, m.clearedThinking, m.memory, m.gateRefusals, m.cost, m.savings, m.savingsGross, m.cachePenalty, m.cacheMissed, m.priceUnknown, m.errors,
 		m.compactions, m.compactionCost, m.compactionSaved, m.webSearches,
 		m.openStreams, m.ledgerErrors, m.ledgerDropped,
@@ -461,6 +469,17 @@ func (m *Metrics) LedgerError() { m.ledgerErrors.Inc() }
 
 // LedgerDropped counts a ledger record dropped because the queue was full.
 func (m *Metrics) LedgerDropped() { m.ledgerDropped.Inc() }
+
+// ShadowDropped counts a policy-lab call not made. candidate is a name from the tenant's
+// policy (bounded by it).
+func (m *Metrics) ShadowDropped(tenant, candidate string) {
+	m.shadowDropped.WithLabelValues(m.TenantLabel(tenant), candidate).Inc()
+}
+
+// ShadowError counts a policy-lab call that failed.
+func (m *Metrics) ShadowError(tenant, candidate string) {
+	m.shadowErrors.WithLabelValues(m.TenantLabel(tenant), candidate).Inc()
+}
 
 func addInt(c prometheus.Counter, n int64) {
 	if n > 0 {

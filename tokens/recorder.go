@@ -120,12 +120,15 @@ func (r *Recorder) Record(ctx context.Context, c Call) Call {
 	if c.Time.IsZero() {
 		c.Time = time.Now()
 	}
-	if c.CountTokens == nil {
+	switch {
+	case c.Shadow != nil:
+		r.CurrentPrices().PriceShadow(&c)
+	case c.CountTokens == nil:
 		r.CurrentPrices().Price(&c)
-	} else if c.CompactedInputTokens != 0 {
+	case c.CompactedInputTokens != 0:
 		r.CurrentPrices().PriceCompactionMeasure(&c)
 	}
-	if r.Metrics != nil {
+	if r.Metrics != nil && c.Shadow == nil { // the policy lab's calls count in no request metric
 		r.Metrics.ObserveCall(&c)
 	}
 	if r.Ledger == nil {

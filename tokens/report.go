@@ -154,9 +154,12 @@ func (t *Totals) setHitRate() {
 }
 
 // lineTotals is what one ledger line adds to its report row; ok is false for a line reports
-// leave out. A count_tokens call is billed nothing: only the one that measured a compaction
+// leave out (a policy-lab measurement). A count_tokens call is billed nothing: only the one that measured a compaction
 // counts, and only for what the compaction spared.
 func lineTotals(c *Call) (t Totals, ok bool) {
+	if c.Shadow != nil { // the policy lab's: billed nothing, never the tenant's spend
+		return Totals{}, false
+	}
 	if c.CountTokens != nil {
 		if c.CompactionSavings == 0 {
 			return Totals{}, false
