@@ -88,6 +88,9 @@ type Prev struct {
 	ClearedToolUses      int64
 	ClearedThinkingTurns int64
 	MessageID            string
+	// Conversation names the conversation in the ledger: the message id of its first call this
+	// tracker saw, carried from call to call.
+	Conversation string
 }
 
 // Call is what this package needs of one call: its request, its usage and its edits.
@@ -165,9 +168,13 @@ func Next(prev *Prev, c *Call) Prev {
 	if c.CacheCreation1h > 0 {
 		ttl = TTL1h
 	}
+	conv := c.MessageID
+	if prev != nil && prev.Conversation != "" {
+		conv = prev.Conversation
+	}
 	return Prev{At: c.At, Cached: c.CacheRead + c.CacheCreation, TTL: ttl, Model: c.Model,
 		System: c.System, Tools: c.Tools, ClearedToolUses: c.ClearedToolUses,
-		ClearedThinkingTurns: c.ClearedThinkingTurns, MessageID: c.MessageID}
+		ClearedThinkingTurns: c.ClearedThinkingTurns, MessageID: c.MessageID, Conversation: conv}
 }
 
 // DefaultCapacity bounds the conversations a Tracker remembers.

@@ -131,3 +131,15 @@ func BenchmarkReadRequest(b *testing.B) {
 		ReadRequest("acme", body)
 	}
 }
+
+func TestNextCarriesTheConversationFromItsFirstCall(t *testing.T) {
+	first := Next(nil, &Call{At: t0, MessageID: "msg_a"})
+	second := Next(&first, &Call{At: t0.Add(time.Minute), MessageID: "msg_b"})
+	third := Next(&second, &Call{At: t0.Add(2 * time.Minute), MessageID: "msg_c"})
+	if first.Conversation != "msg_a" || second.Conversation != "msg_a" || third.Conversation != "msg_a" {
+		t.Errorf("conversations %q %q %q, want msg_a throughout", first.Conversation, second.Conversation, third.Conversation)
+	}
+	if other := Next(nil, &Call{At: t0, MessageID: "msg_z"}); other.Conversation != "msg_z" {
+		t.Errorf("a new conversation is %q, want its first message id", other.Conversation)
+	}
+}
