@@ -7,12 +7,13 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/ctxproxy/ctxproxy/tokens"
+	"github.com/ctxproxy/ctxproxy/tracing"
 )
 
-// accounting is what serving one client request cost upstream. Only the
-// methods in this file change it.
+// accounting is what serving one client request cost upstream. Each field
+// has one writer: calls callUpstream, upDur waited, memCmds memoryCommand
+// (memory.go), the rest record.
 type accounting struct {
 	calls   int           // upstream calls (a call's retries count once)
 	upDur   time.Duration // time spent waiting on the upstream
@@ -27,9 +28,6 @@ type accounting struct {
 	// measures are the compactions to measure once the client has its reply.
 	measures []compactionMeasure
 }
-
-// called counts one upstream call.
-func (a *accounting) called() { a.calls++ }
 
 // waited adds the time since t0 to the upstream time: a call's time runs
 // from sending it until its reply was read.
@@ -121,37 +119,14 @@ func (x *exchange) ledgerCall(resp *http.Response) tokens.Call {
 	return ledgerLine(x.who.label, x.who.keyID, x.who.user, x.req.info.Model, resp.Header.Get("Request-Id"), resp.StatusCode)
 }
 
-// memoryCommand accounts one memory command. A store outage is the
-// operator's to see, not only the model's: it is logged with the tenant
-// and the command.
-func (x *exchange) memoryCommand(res memoryhook.Result) {
-	x.acct.memCmds++
-	if m := x.s.cfg.Metrics; m != nil {
-		m.MemoryCommand(x.who.label, res.Command, res.IsError)
-	}
-	if res.Refused != "" {
-		// A write the scopes or the gate kept out: counted and logged, its
-		// text never (it may be the secret).
-		if m := x.s.cfg.Metrics; m != nil {
-			m.MemoryRefusal(x.who.label, res.Refused)
-		}
-		x.s.log.Warn("memory write refused", zap.String("tenant", x.who.label), zap.String("key", x.who.keyID),
-			zap.String("command", res.Command), zap.String("reason", res.Refused))
-	}
-	if res.Unavailable {
-		x.s.log.Error("memory store unavailable", zap.String("tenant", x.who.label),
-			zap.String("command", res.Command), zap.Error(res.Err))
-	}
-}
-
 // finish writes the request's log line and metrics.
 func (x *exchange) finish() {
 	defer x.measureCompactions() // after the log line: the client has its reply
 	x.settle()
+	x.endSpans()
 	led := x.in.lead.led()
 	x.in.lead.drop()
 	x.in.lease.release()
-	x.endSpans()
 	d := time.Since(x.start)
 	if m := x.s.cfg.Metrics; m != nil {
 		m.ObserveRequest(x.who.label, x.req.info.Model, x.out.status, x.acct.upDur, max(d-x.acct.upDur, 0))
@@ -193,4 +168,39 @@ func (x *exchange) settle() {
 		return
 	}
 	t.Settle(x.r.Context(), x.acct.cost)
+}
+
+// endCallSpan ends the call's span with what its reply and accounting said.
+func (x *exchange) endCallSpan(c *tokens.Call, m replyMeta) {
+	sp := x.spans.call
+	x.spans.call = tracing.Span{}
+	if !sp.Recording() {
+		sp.End()
+		return
+	}
+	r := tracing.ChatResponse{
+		Status: c.Status, ID: m.id, Model: m.model, StopReason: m.stopReason,
+		InputTokens: c.Usage.InputTokens, OutputTokens: c.Usage.OutputTokens,
+		CacheRead: c.Usage.CacheReadInputTokens, CacheCreation: c.Usage.CacheCreationInputTokens,
+		CostUSD: c.Cost.USD(), OutputMessages: m.content,
+	}
+	for _, e := range c.Edits {
+		r.AppliedEdits = append(r.AppliedEdits, e.Type)
+		r.ClearedInput += e.ClearedInputTokens
+		r.ClearedTools += e.ClearedToolUses
+	}
+	sp.EndChat(r)
+}
+
+// endSpans closes what is still open when the request is over.
+func (x *exchange) endSpans() {
+	if !x.s.cfg.Tracer.Enabled() {
+		return
+	}
+	if x.out.status >= 500 || x.out.status == 499 {
+		x.failCallSpan(0, "request ended")
+	} else {
+		x.spans.call.End()
+	}
+	x.spans.server.EndServer(x.out.status, x.who.label)
 }

@@ -1,13 +1,9 @@
 package proxy
 
 import (
-	"bytes"
-
 	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 
 	"github.com/ctxproxy/ctxproxy/cachetrack"
-	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
@@ -19,7 +15,8 @@ import (
 // diagnosis is asked (diagnostics.previous_message_id), and the client still sees what it
 // would have seen without it: its own diagnostics when it asked, else null in place.
 
-// conversation is the exchange's part in its conversation; only this file changes it.
+// conversation is the exchange's part in its conversation: opened by openConversation, fed
+// by the reply (seePlain here, the stream's hooks in stream.go) and moved on by attributeCache.
 type conversation struct {
 	on    bool
 	scope string // the tenant: a conversation is never another tenant's
@@ -35,7 +32,9 @@ type conversation struct {
 }
 
 // seenReply is what a reply says of its conversation: the key its turn leaves for the next call
-// and the API's diagnosis ("" for none, null or pending).
+// and the API's diagnosis, its diagnostics.cache_miss_reason.type as it came ("" for none, null
+// or pending; attributeCache names it, missReason). gjson's GetBytes and ParseBytes copy what
+// they return, so it never points into a pooled buffer.
 type seenReply struct {
 	turn      cachetrack.Key
 	diagnosis string
@@ -44,69 +43,16 @@ type seenReply struct {
 // openConversation matches a Messages request to its conversation, before the policy rewrites
 // body. Only tenants whose policy clears (or asks diagnostics) are tracked: for the others a
 // call's cache effect is none or unknown whatever came before.
-func (x *exchange) openConversation(body []byte) {
+func (x *exchange) openConversation(body []byte) conversation {
 	pol, t := x.who.pol, x.s.cfg.CacheTracker
 	if t == nil || x.ep != epMessages || !(pol.WritesClearingEdits() || pol.CacheDiagnostics()) {
-		return
+		return conversation{}
 	}
 	r := cachetrack.ReadRequest(pol.Tenant, body)
-	v := &x.conv
-	*v = conversation{on: true, scope: pol.Tenant, key: r.Turn, system: r.System, tools: r.Tools}
+	v := conversation{on: true, scope: pol.Tenant, key: r.Turn, system: r.System, tools: r.Tools}
 	v.prev, v.known = t.Lookup(r.Turn)
 	v.asked = pol.CacheDiagnostics() && !r.HasDiagnostics
-}
-
-// askDiagnostics adds diagnostics.previous_message_id (the conversation's previous reply, null
-// when unknown) to the upstream request q, before its closing brace.
-func (x *exchange) askDiagnostics(q *request) {
-	if x.conv.asked {
-		q.parts = x.withDiagnostics(q.parts)
-	}
-}
-
-// diagValueWidth is the bytes previous_message_id's value takes, padded with spaces: a body
-// forwarded while it arrives is sent with the length the tenant's last one had (lead.go), so
-// the field is as long whether it names a reply or is null.
-const diagValueWidth = 64
-
-// withDiagnostics is parts (a body in pieces that may alias the client's) with the diagnostics
-// field before the last closing brace; parts itself when there is none to ask or no brace.
-func (x *exchange) withDiagnostics(parts [][]byte) [][]byte {
-	v := &x.conv
-	if !v.asked || len(parts) == 0 {
-		return parts
-	}
-	last := parts[len(parts)-1]
-	end := bytes.LastIndexByte(last, '}')
-	if end < 0 {
-		return parts
-	}
-	field := make([]byte, 0, 48+diagValueWidth+len(last)-end)
-	field = append(field, `,"diagnostics":{"previous_message_id":`...)
-	at := len(field)
-	if v.known && v.prev.MessageID != "" {
-		field = jsonstr.Append(field, v.prev.MessageID)
-	} else {
-		field = append(field, "null"...)
-	}
-	for len(field)-at < diagValueWidth {
-		field = append(field, ' ')
-	}
-	field = append(append(field, '}'), last[end:]...)
-	out := make([][]byte, 0, len(parts)+1)
-	out = append(out, parts[:len(parts)-1]...)
-	return append(out, last[:end], field)
-}
-
-// diagnosticsForRound points the memory loop's next request at the reply it continues from.
-func (x *exchange) diagnosticsForRound(body []byte, replyID string) []byte {
-	if !x.conv.asked {
-		return body
-	}
-	if out, err := sjson.SetBytes(body, "diagnostics.previous_message_id", replyID); err == nil {
-		return out
-	}
-	return body
+	return v
 }
 
 // seePlain reads what a non-streamed reply says of its conversation and gives back the reply
@@ -126,16 +72,17 @@ func (x *exchange) seePlain(reply []byte) []byte {
 		}
 		return true
 	})
-	v.seen = seenReply{turn: cachetrack.TurnKeyOf(v.scope, content), diagnosis: missReason(diag)}
+	v.seen = seenReply{turn: cachetrack.TurnKeyOf(v.scope, content), diagnosis: diag.Get("cache_miss_reason.type").Str}
 	if v.asked && diag.Exists() && diag.Type != gjson.Null {
 		return spliceNull(reply, diag)
 	}
 	return reply
 }
 
-// missReason is a diagnostics object's cache_miss_reason.type, copied.
-func missReason(diag gjson.Result) string {
-	switch t := diag.Get("cache_miss_reason.type").Str; t {
+// missReason is a cache_miss_reason.type as a ledger line names it: one of the API's known
+// types, or "other".
+func missReason(t string) string {
+	switch t {
 	case "":
 		return ""
 	case "messages_changed", "system_changed", "tools_changed", "model_changed", "previous_message_not_found", "unavailable":
@@ -156,56 +103,6 @@ func spliceNull(b []byte, r gjson.Result) []byte {
 	return append(out, b[r.Index+len(r.Raw):]...)
 }
 
-// streamStart reads a stream's message_start for its conversation and gives back the event the
-// client gets: its message.diagnostics null in place when ctxproxy asked for them.
-func (v *conversation) streamStart(rd *round, ev sseEvent) []byte {
-	diag := gjson.GetBytes(ev.Data, "message.diagnostics")
-	rd.seen.diagnosis = missReason(diag)
-	if !v.asked || !diag.Exists() || diag.Type == gjson.Null {
-		return ev.Raw
-	}
-	at := dataOffset(ev)
-	if at < 0 {
-		return ev.Raw
-	}
-	diag.Index += at
-	return spliceNull(ev.Raw, diag)
-}
-
-// dataOffset is where ev.Data starts within ev.Raw, -1 when it is not a part of it.
-func dataOffset(ev sseEvent) int {
-	if len(ev.Data) == 0 {
-		return -1
-	}
-	i := bytes.Index(ev.Raw, ev.Data)
-	return i
-}
-
-// trackedStream is the conversation a stream's rounds feed, nil when it is not tracked.
-func (x *exchange) trackedStream() *conversation {
-	if !x.conv.on {
-		return nil
-	}
-	return &x.conv
-}
-
-// seeStream takes what a relayed round said of its conversation, before it is accounted.
-func (x *exchange) seeStream(rd *round) {
-	if x.conv.on {
-		x.conv.seen = seenReply{turn: rd.turn.Key(), diagnosis: rd.seen.diagnosis}
-	}
-}
-
-// streamBlock feeds a content_block_start to the round's turn key.
-func (v *conversation) streamBlock(rd *round, data []byte) {
-	cb := gjson.GetBytes(data, "content_block")
-	r := cb.Get("type")
-	switch r.Str {
-	case "tool_use", "server_tool_use", "mcp_tool_use":
-		rd.turn.Block(v.scope, r.Str, cb.Get("name").Str, cb.Get("id").Str)
-	}
-}
-
 // attributeCache fills c's cache fields from the conversation's previous call, and makes this
 // call the previous one: the next round of a memory loop, or the client's next request.
 func (x *exchange) attributeCache(c *tokens.Call, r *tokens.Reply) {
@@ -215,7 +112,7 @@ func (x *exchange) attributeCache(c *tokens.Call, r *tokens.Reply) {
 	}
 	call := cachetrack.Call{At: t.Now(), Model: x.req.info.Model, System: v.system, Tools: v.tools,
 		CacheRead: r.Usage.CacheReadInputTokens, CacheCreation: r.Usage.CacheCreationInputTokens,
-		CacheCreation1h: r.Usage.CacheCreation1hInputTokens, MessageID: r.ID, Diagnosis: v.seen.diagnosis}
+		CacheCreation1h: r.Usage.CacheCreation1hInputTokens, MessageID: r.ID, Diagnosis: missReason(v.seen.diagnosis)}
 	for _, e := range r.Edits {
 		call.ClearedToolUses += e.ClearedToolUses
 		call.ClearedThinkingTurns += e.ClearedThinkingTurns

@@ -98,7 +98,7 @@ func (x *exchange) readLeading() (in clientBody, q request, t *limits.Ticket, ok
 		return in, q, nil, false
 	}
 	in.n = int64(n)
-	x.openConversation(buf)
+	x.conv = x.openConversation(buf)
 	parts, rest, info, err := pol.RewriteLead(buf, q.header, lead)
 	if !x.accept(&q, parts, info, err) {
 		return in, q, nil, false

@@ -11,7 +11,6 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
-	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/ctxproxy/ctxproxy/policy"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
@@ -39,7 +38,8 @@ type memCall struct {
 }
 
 // memoryLoop is what the loop carries from one round to the next (the
-// exchange's loop; only this file writes it). The plain (servePlain) and the
+// exchange's loop; only this file writes it: memory.go runs a round's
+// calls). The plain (servePlain) and the
 // streamed path (serveStream) both drive it; advance is the loop's one
 // decision.
 type memoryLoop struct {
@@ -50,15 +50,19 @@ type memoryLoop struct {
 	// firstID: the client sees the first round's id (a spliced stream
 	// shows the first message_start); else the last reply's.
 	firstID bool
-	wrote   bool // a memory command wrote: no retries from here on
+	// retry is the tenant's retry policy, off once a memory command wrote: a loop step is
+	// never repeated after a write.
+	retry retryPolicy
 }
 
 // startLoop begins the loop at the client's request. In memory proxy mode
 // the loop builds its next requests from the whole body, the thread's owed
 // memory results placed in it (applyContinuation); when the store cannot
-// give them, startLoop answers the client and returns false.
-func (x *exchange) startLoop(firstID bool) bool {
-	x.loop = memoryLoop{parts: x.req.parts, firstID: firstID}
+// give them, startLoop answers the client and returns false. A streamed
+// reply shows the first round's id (its first message_start), a whole one
+// the last reply's.
+func (x *exchange) startLoop() bool {
+	x.loop = memoryLoop{parts: x.req.parts, firstID: x.req.info.Stream, retry: x.who.retry}
 	if !x.who.memory {
 		return true
 	}
@@ -78,16 +82,6 @@ type roundEnd struct {
 	stopReason string
 	calls      []memCall // the memory tool_use blocks, in order
 	others     int       // the client's own tool_use blocks
-}
-
-// retry is the tenant's retry policy, off once a memory command wrote: a
-// loop step is never repeated after a write.
-func (x *exchange) loopRetry() retryPolicy {
-	p := x.who.retry
-	if x.loop.wrote {
-		p.retries = 0
-	}
-	return p
 }
 
 // mayContinue says whether a reply with this stop reason may carry memory
@@ -119,8 +113,12 @@ func (x *exchange) advance(ctx context.Context, e roundEnd, assistant func() []b
 		x.saveContinuation(ctx, l.clientID, e.id, nil)
 		return false, "", nil
 	}
-	results := x.runMemory(ctx, e)
-	if e.others > 0 || l.round >= x.maxIterations() {
+	atCap := l.round >= x.maxIterations()
+	results, wrote := x.runMemory(ctx, e)
+	if wrote {
+		l.retry.retries = 0
+	}
+	if e.others > 0 || atCap {
 		x.saveContinuation(ctx, l.clientID, e.id, results)
 		if e.others > 0 {
 			return false, "tool_use", nil
@@ -139,52 +137,6 @@ func (x *exchange) advance(ctx context.Context, e roundEnd, assistant func() []b
 	l.body, l.parts = body, [][]byte{body}
 	l.round++
 	return true, "", nil
-}
-
-// runMemory executes calls in order and returns the tool_result blocks as a
-// JSON array, ready to be the content of the next user turn.
-func (x *exchange) runMemory(ctx context.Context, e roundEnd) []byte {
-	out := make([]byte, 0, 256)
-	out = append(out, '[')
-	sc, scoped := x.scope()
-	if scoped {
-		x.seedTemplates(ctx)
-	}
-	// The memory history records who wrote: the key, and the upstream
-	// request and message whose tool_use ran (as the ledger names them).
-	sc.Actor = memoryhook.Actor{Type: memoryhook.ActorModel, Tenant: x.who.pol.Tenant, KeyID: x.who.keyID,
-		RequestID: e.requestID, MessageID: e.id}
-	for i, c := range e.calls {
-		var res memoryhook.Result
-		switch {
-		case x.s.cfg.Memory == nil:
-			res = memoryhook.Result{Command: gjson.GetBytes(c.input, "command").String(), IsError: true,
-				Content: "Error: memory store unavailable: this proxy has no memory store"}
-		case !scoped:
-			res = memoryhook.Result{Command: gjson.GetBytes(c.input, "command").String(), IsError: true,
-				Content: "Error: memory store unavailable: memory here is kept per API key, and this request has none"}
-		default:
-			res = x.traceMemory(ctx, c.input, func(ctx context.Context) memoryhook.Result {
-				return memoryhook.Exec(ctx, x.s.cfg.Memory, sc, c.input)
-			})
-		}
-		x.memoryCommand(res)
-		if res.Wrote {
-			x.loop.wrote = true
-		}
-		if i > 0 {
-			out = append(out, ',')
-		}
-		out = append(out, `{"type":"tool_result","tool_use_id":`...)
-		out = jsonstr.Append(out, c.id)
-		out = append(out, `,"content":`...)
-		out = jsonstr.Append(out, res.Content)
-		if res.IsError {
-			out = append(out, `,"is_error":true`...)
-		}
-		out = append(out, '}')
-	}
-	return append(out, ']')
 }
 
 // nextBody is the request that continues the loop after reply replyID.
@@ -263,4 +215,15 @@ func setIterations(b []byte, path string, its []tokens.Iteration) []byte {
 		return b
 	}
 	return out
+}
+
+// diagnosticsForRound points the memory loop's next request at the reply it continues from.
+func (x *exchange) diagnosticsForRound(body []byte, replyID string) []byte {
+	if !x.conv.asked {
+		return body
+	}
+	if out, err := sjson.SetBytes(body, "diagnostics.previous_message_id", replyID); err == nil {
+		return out
+	}
+	return body
 }

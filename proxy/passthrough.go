@@ -5,8 +5,9 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/internal/apierr"
 	"go.uber.org/zap"
+
+	"github.com/ctxproxy/ctxproxy/internal/apierr"
 )
 
 // servePassthrough forwards a /v1/ request the policy does not rewrite
@@ -81,3 +82,49 @@ func notePassError(resp *http.Response) {
 		pe.typ, pe.code = peekError(resp)
 	}
 }
+
+// tracePassthrough gives every other /v1/ call a server span, and the
+// upstream request its traceparent (see the passthrough's Rewrite).
+func (s *Server) tracePassthrough(next http.Handler) http.Handler {
+	t := s.cfg.Tracer
+	if !t.Enabled() {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, sp := t.StartServer(r, "/v1/*")
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r.WithContext(ctx))
+		status := sw.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		sp.EndServer(status, "")
+	})
+}
+
+// statusWriter remembers the status a handler wrote (0 until it wrote one;
+// 1xx are interim) and the bytes of the body; Unwrap keeps flushing
+// (http.ResponseController) working through it.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	n      int64
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.n += int64(n)
+	return n, err
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

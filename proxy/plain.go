@@ -13,13 +13,10 @@ import (
 // The non-streamed reply: one upstream call relayed as it is (relayOnce), or
 // the Messages path, whose rounds the memory loop (loop.go) may continue.
 
-// servePlain serves a non-streamed request, running the memory loop when the
-// tenant's memory mode is proxy.
+// servePlain serves a non-streamed request, running the memory loop (begun
+// by startLoop) when the tenant's memory mode is proxy.
 func (x *exchange) servePlain() {
 	ctx := x.r.Context()
-	if !x.startLoop(false) {
-		return
-	}
 	var shown [][]byte // client-visible blocks of earlier rounds
 	for {
 		resp, reply, ok := x.plainRound(ctx)
@@ -65,7 +62,7 @@ func (x *exchange) servePlain() {
 // plainRound sends the loop's next request and reads the whole reply. It
 // answers the client itself and returns false when the upstream failed.
 func (x *exchange) plainRound(ctx context.Context) (*http.Response, []byte, bool) {
-	resp, t0, err := x.roundTrip(ctx, x.loop.parts, x.loopRetry())
+	resp, t0, err := x.roundTrip(ctx, x.loop.parts, x.loop.retry)
 	if err != nil {
 		x.upstreamError(err)
 		return nil, nil, false
@@ -181,4 +178,18 @@ func compactionFirst(blocks [][]byte) [][]byte {
 		}
 	}
 	return out
+}
+
+// plainMeta reads a whole reply's id, model and stop reason for the call's
+// span, when it records.
+func (x *exchange) plainMeta(reply []byte) replyMeta {
+	if !x.spans.call.Recording() {
+		return replyMeta{}
+	}
+	r := gjson.GetManyBytes(reply, "id", "model", "stop_reason", "content")
+	m := replyMeta{id: r[0].Str, model: r[1].Str, stopReason: r[2].Str}
+	if x.who.pol != nil && x.who.pol.Tracing.Content {
+		m.content = r[3].Raw
+	}
+	return m
 }

@@ -1,9 +1,12 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
 	"net/http"
+	"strings"
 
+	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
 	"github.com/ctxproxy/ctxproxy/policy"
 )
 
@@ -46,7 +49,6 @@ func (x *exchange) rewrite(body []byte) (request, bool) {
 		q.items = info.Items
 		return q, x.accept(&q, [][]byte{out}, policy.RewriteInfo{}, err)
 	}
-	x.openConversation(body) // before the rewrite, which may reuse body's buffer
 	parts, info, err := rewriteFor(x.who.pol, body, q.header)
 	if !x.accept(&q, parts, info, err) {
 		return q, false
@@ -80,4 +82,126 @@ func (x *exchange) accept(q *request, parts [][]byte, info policy.RewriteInfo, e
 	}
 	q.parts, q.info = parts, info
 	return true
+}
+
+// hopHeaders are the hop-by-hop headers of RFC 9110 §7.6.1, as
+// net/http/httputil drops them.
+var hopHeaders = []string{
+	"Connection",
+	"Proxy-Connection",
+	"Keep-Alive",
+	"Proxy-Authenticate",
+	"Proxy-Authorization",
+	"Te",
+	"Trailer",
+	"Transfer-Encoding",
+	"Upgrade",
+}
+
+// removeHopHeaders deletes hop-by-hop headers, including those the
+// Connection header names.
+func removeHopHeaders(h http.Header) {
+	for _, f := range h.Values("Connection") {
+		for _, sf := range strings.Split(f, ",") {
+			if sf = strings.TrimSpace(sf); sf != "" {
+				h.Del(sf)
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
+}
+
+// decodableEncodings are the content codings the proxy can read. It asks the
+// upstream only for these on routes whose replies it reads (usage,
+// applied_edits, memory calls), then hands the client identity bytes.
+var decodableEncodings = map[string]bool{"gzip": true, "deflate": true, "br": true, "zstd": true}
+
+// readableAcceptEncoding narrows the client's Accept-Encoding to codings the
+// proxy can decode.
+func readableAcceptEncoding(h http.Header) string {
+	var out []string
+	for _, v := range h.Values("Accept-Encoding") {
+		for _, part := range strings.Split(v, ",") {
+			name := strings.TrimSpace(part)
+			if i := strings.IndexByte(name, ';'); i >= 0 {
+				name = strings.TrimSpace(name[:i])
+			}
+			if decodableEncodings[strings.ToLower(name)] {
+				out = append(out, strings.TrimSpace(part))
+			}
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// Header values upstreamHeader shares between requests rather than allocate
+// for each: header values are only ever read or replaced, never written in
+// place.
+var (
+	identityEncoding = []string{"identity"}
+	noUserAgent      = []string{""}
+)
+
+// upstreamHeader is the header set the proxy sends upstream for in: the
+// client's end-to-end headers, an Accept-Encoding the proxy can decode, and
+// no body framing (the proxy sets its own). It is built once per client
+// request and shared by every upstream call of it, which only read it.
+func upstreamHeader(in *http.Request) http.Header {
+	h := in.Header.Clone()
+	removeHopHeaders(h)
+	h.Del("Content-Length")
+	h.Del("Content-Encoding") // the body was read (and decoded) by the proxy
+	if ae := readableAcceptEncoding(in.Header); ae != "" {
+		h.Set("Accept-Encoding", ae)
+	} else {
+		h["Accept-Encoding"] = identityEncoding
+	}
+	if _, ok := h["User-Agent"]; !ok {
+		h["User-Agent"] = noUserAgent // as httputil: don't add Go's default
+	}
+	return h
+}
+
+// askDiagnostics adds diagnostics.previous_message_id (the conversation's previous reply, null
+// when unknown) to the upstream request q, before its closing brace.
+func (x *exchange) askDiagnostics(q *request) {
+	if x.conv.asked {
+		q.parts = x.withDiagnostics(q.parts)
+	}
+}
+
+// diagValueWidth is the bytes previous_message_id's value takes, padded with spaces: a body
+// forwarded while it arrives is sent with the length the tenant's last one had (lead.go), so
+// the field is as long whether it names a reply or is null.
+const diagValueWidth = 64
+
+// withDiagnostics is parts (a body in pieces that may alias the client's) with the diagnostics
+// field before the last closing brace; parts itself when there is none to ask or no brace.
+func (x *exchange) withDiagnostics(parts [][]byte) [][]byte {
+	v := &x.conv
+	if !v.asked || len(parts) == 0 {
+		return parts
+	}
+	last := parts[len(parts)-1]
+	end := bytes.LastIndexByte(last, '}')
+	if end < 0 {
+		return parts
+	}
+	field := make([]byte, 0, 48+diagValueWidth+len(last)-end)
+	field = append(field, `,"diagnostics":{"previous_message_id":`...)
+	at := len(field)
+	if v.known && v.prev.MessageID != "" {
+		field = jsonstr.Append(field, v.prev.MessageID)
+	} else {
+		field = append(field, "null"...)
+	}
+	for len(field)-at < diagValueWidth {
+		field = append(field, ' ')
+	}
+	field = append(append(field, '}'), last[end:]...)
+	out := make([][]byte, 0, len(parts)+1)
+	out = append(out, parts[:len(parts)-1]...)
+	return append(out, last[:end], field)
 }

@@ -5,30 +5,39 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/limits"
+	"github.com/ctxproxy/ctxproxy/tracing"
 )
 
 // exchange is one client request to /v1/messages, count_tokens or batch
 // creation. serve runs its phases in the order a request lives, one file
 // each: admit.go (credential, tenant, key id), body.go (read, lease; lead.go
-// when the body goes upstream while it arrives), rewrite.go (the policy),
-// limits.go (caps and per-minute limits), upstream.go (build, send, retry;
-// credential.go scrubs), the reply (plain.go; stream.go with relay.go and
-// sse.go; loop.go the memory loop between rounds, memoryscope.go the stores
-// its calls see, threads.go its continuations; reply.go the writers both
-// use), and accounting.go (ledger line, caps settle; trace.go the spans,
-// compaction.go the measurements).
+// when the body goes upstream while it arrives), cacheconv.go (the
+// conversation it continues), rewrite.go (the policy, the upstream headers),
+// limits.go (caps and per-minute limits), loop.go (the memory loop: begun
+// before the first round, advanced between rounds; thread continuations in
+// threads.go), the reply (plain.go, or stream.go: every round of a stream,
+// relayed and spliced), upstream.go (build, send, retry, the call's span;
+// credential.go scrubs), memory.go (a round's memory calls), reply.go (the
+// writers of what the client gets) and accounting.go (ledger line, caps
+// settle, the spans' end; compaction.go the measurements). A helper lives in
+// the file of the phase that calls it.
 //
-// Each phase's result is a field of its own, written once, by serve, from
-// what the phase returns; the later phases only read it. What changes while
-// the reply is under way is split by the file that writes it:
-//   - out: what the client got; written only by the writers in reply.go.
-//   - acct: what the upstream calls cost; written only by accounting.go.
-//   - loop: what the memory loop carries from round to round; written only
-//     by loop.go.
-//   - spans: the open OpenTelemetry spans; written only by trace.go.
+// Each phase's result is a field of its own, written once, by serve (or
+// readLeading, which reads, rewrites and limits in one), from what the phase
+// returns; the later phases only read it. What changes while the reply is
+// under way has one writer per field:
+//   - out: what the client got; the writers in reply.go and the
+//     streamWriter's owner, startStream and streamed.
+//   - acct: what the upstream calls cost; calls by callUpstream, upDur by
+//     waited, memCmds by memoryCommand, the rest by record.
+//   - loop: what the memory loop carries from round to round; loop.go.
+//   - spans: the open OpenTelemetry spans; started by startServerSpan and
+//     startCallSpan, ended by endCallSpan, failCallSpan and endSpans.
+//   - conv: opened by openConversation; seen set by seePlain and seeStream,
+//     the previous call by attributeCache.
 //
 // What one upstream round learns lives in the round's own values: the reply
-// and roundEnd in loop.go, round in relay.go.
+// and roundEnd in loop.go, round in stream.go.
 type exchange struct {
 	s     *Server
 	r     *http.Request // the client's request, with the server span in its context
@@ -48,9 +57,10 @@ type exchange struct {
 	spans spans
 }
 
-// serve is the request path: admit, body, rewrite, limits, then the reply,
-// whose rounds go upstream through callUpstream and are accounted as they
-// end (record); finish accounts the request. A phase that stops the request
+// serve is the request path: admit, body, conversation, rewrite, limits,
+// the memory loop begun, then the reply, whose rounds go upstream through
+// callUpstream and are accounted as they end (record); finish accounts the
+// request. A phase that stops the request
 // has answered the client itself.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, ep endpoint) {
 	x := &exchange{s: s, r: r, w: w, ep: ep, start: time.Now(), who: admission{label: "none"}}
@@ -70,6 +80,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, ep endpoint) {
 		if x.in, body, ok = x.readClientBody(); !ok {
 			return
 		}
+		x.conv = x.openConversation(body) // before the rewrite, which may reuse body's buffer
 		if x.req, ok = x.rewrite(body); !ok {
 			return
 		}
@@ -77,12 +88,43 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, ep endpoint) {
 			return
 		}
 	}
-	switch {
-	case ep != epMessages:
+	if ep != epMessages {
 		x.relayOnce()
-	case x.req.info.Stream:
+		return
+	}
+	if !x.startLoop() {
+		return
+	}
+	if x.req.info.Stream {
 		x.serveStream()
-	default:
+	} else {
 		x.servePlain()
 	}
+}
+
+// spans are the exchange's open OpenTelemetry spans: one server span per
+// client request, one `chat {model}` client span per upstream call (each
+// memory-loop round its own), one span per memory command (traceMemory).
+// With tracing off (a nil Tracer) every method on them is a nil check.
+type spans struct {
+	server tracing.Span
+	call   tracing.Span // the upstream call in flight; zero when none
+}
+
+// replyMeta is what a reply says of itself, for the call's span.
+type replyMeta struct {
+	id, model, stopReason string
+	content               string // the reply's content, for a tenant that opted in
+}
+
+// startServerSpan starts the request's server span, continuing an incoming
+// traceparent, and returns x.r with the span in its context.
+func (x *exchange) startServerSpan(route string) *http.Request {
+	t := x.s.cfg.Tracer
+	if !t.Enabled() {
+		return x.r
+	}
+	ctx, sp := t.StartServer(x.r, route)
+	x.spans.server = sp
+	return x.r.WithContext(ctx)
 }

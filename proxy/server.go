@@ -80,7 +80,7 @@ type Server struct {
 	// one's upload starts with it (lead.go).
 	leadShapes sync.Map
 	// writeRate counts the model's memory writes per user (memory.gate);
-	// seeded holds the stores whose template was seen to (memoryscope.go).
+	// seeded holds the stores whose template was seen to (memory.go).
 	writeRate *memoryhook.WriteRate
 	seeded    sync.Map
 }

@@ -19,6 +19,9 @@ import (
 
 	"github.com/andybalholm/brotli"
 	"github.com/klauspost/compress/zstd"
+	"github.com/tidwall/gjson"
+
+	"github.com/ctxproxy/ctxproxy/tracing"
 )
 
 // roundTrip sends body upstream on the client's route, retrying per p, and
@@ -57,7 +60,7 @@ func (x *exchange) callUpstream(ctx context.Context, route *http.Request, body [
 		x.injectTrace(ctx, req)
 		return x.s.up.send(req)
 	}, p)
-	x.acct.called()
+	x.acct.calls++ // callUpstream is its one writer
 	if err == nil {
 		if err = decodeBody(resp); err != nil {
 			resp.Body.Close()
@@ -73,58 +76,6 @@ func (x *exchange) callUpstream(ctx context.Context, route *http.Request, body [
 	}
 	scrubReply(resp, x.who.upstreamKey)
 	return resp, t0, nil
-}
-
-// hopHeaders are the hop-by-hop headers of RFC 9110 §7.6.1, as
-// net/http/httputil drops them.
-var hopHeaders = []string{
-	"Connection",
-	"Proxy-Connection",
-	"Keep-Alive",
-	"Proxy-Authenticate",
-	"Proxy-Authorization",
-	"Te",
-	"Trailer",
-	"Transfer-Encoding",
-	"Upgrade",
-}
-
-// removeHopHeaders deletes hop-by-hop headers, including those the
-// Connection header names.
-func removeHopHeaders(h http.Header) {
-	for _, f := range h.Values("Connection") {
-		for _, sf := range strings.Split(f, ",") {
-			if sf = strings.TrimSpace(sf); sf != "" {
-				h.Del(sf)
-			}
-		}
-	}
-	for _, k := range hopHeaders {
-		h.Del(k)
-	}
-}
-
-// decodableEncodings are the content codings the proxy can read. It asks the
-// upstream only for these on routes whose replies it reads (usage,
-// applied_edits, memory calls), then hands the client identity bytes.
-var decodableEncodings = map[string]bool{"gzip": true, "deflate": true, "br": true, "zstd": true}
-
-// readableAcceptEncoding narrows the client's Accept-Encoding to codings the
-// proxy can decode.
-func readableAcceptEncoding(h http.Header) string {
-	var out []string
-	for _, v := range h.Values("Accept-Encoding") {
-		for _, part := range strings.Split(v, ",") {
-			name := strings.TrimSpace(part)
-			if i := strings.IndexByte(name, ';'); i >= 0 {
-				name = strings.TrimSpace(name[:i])
-			}
-			if decodableEncodings[strings.ToLower(name)] {
-				out = append(out, strings.TrimSpace(part))
-			}
-		}
-	}
-	return strings.Join(out, ", ")
 }
 
 // decodeBody wraps resp.Body so it reads identity bytes, and fixes the
@@ -205,34 +156,6 @@ func (u *upstream) target(in *url.URL) *url.URL {
 		return &q
 	}
 	return target
-}
-
-// Header values upstreamHeader shares between requests rather than allocate
-// for each: header values are only ever read or replaced, never written in
-// place.
-var (
-	identityEncoding = []string{"identity"}
-	noUserAgent      = []string{""}
-)
-
-// upstreamHeader is the header set the proxy sends upstream for in: the
-// client's end-to-end headers, an Accept-Encoding the proxy can decode, and
-// no body framing (the proxy sets its own). It is built once per client
-// request and shared by every upstream call of it, which only read it.
-func upstreamHeader(in *http.Request) http.Header {
-	h := in.Header.Clone()
-	removeHopHeaders(h)
-	h.Del("Content-Length")
-	h.Del("Content-Encoding") // the body was read (and decoded) by the proxy
-	if ae := readableAcceptEncoding(in.Header); ae != "" {
-		h.Set("Accept-Encoding", ae)
-	} else {
-		h["Accept-Encoding"] = identityEncoding
-	}
-	if _, ok := h["User-Agent"]; !ok {
-		h["User-Agent"] = noUserAgent // as httputil: don't add Go's default
-	}
-	return h
 }
 
 // newRequest builds the upstream request for in's path and query, with h
@@ -445,4 +368,64 @@ func joinParts(parts [][]byte) []byte {
 		return parts[0]
 	}
 	return bytes.Join(parts, nil)
+}
+
+// startCallSpan starts the client span of one upstream call to path, which
+// sends body.
+func (x *exchange) startCallSpan(ctx context.Context, path string, body [][]byte) context.Context {
+	t := x.s.cfg.Tracer
+	if !t.Enabled() {
+		return ctx
+	}
+	x.spans.call.End() // a call whose reply was never accounted
+	q, pol := &x.req, x.who.pol
+	req := tracing.ChatRequest{
+		Model:     q.info.Model,
+		Stream:    q.info.Stream,
+		Tenant:    x.who.label,
+		Edits:     q.info.Edits,
+		Round:     x.loop.round,
+		MaxTokens: q.info.MaxTokens,
+	}
+	if path == pathCountTokens {
+		req.Operation = "count_tokens"
+	}
+	if pol != nil {
+		req.PolicyMode = string(pol.ContextManagement.Mode)
+	}
+	ctx, x.spans.call = t.StartChat(ctx, req)
+	content := pol != nil && pol.Tracing.Content
+	if (q.info.Threaded || content) && x.spans.call.Recording() {
+		r := gjson.GetManyBytes(joinParts(body), "thread.previous_message_id", "messages")
+		messages := ""
+		if content {
+			messages = r[1].Raw
+		}
+		x.spans.call.SetInput(r[0].Str, messages)
+	}
+	return ctx
+}
+
+// injectTrace gives the upstream request the call span as its parent. The
+// header is the exchange's shared one, so it is copied first, and only when
+// the span is sampled (Tracer.Inject writes nothing for one that is not).
+func (x *exchange) injectTrace(ctx context.Context, req *http.Request) {
+	t := x.s.cfg.Tracer
+	if !t.Sampled(ctx) {
+		return
+	}
+	req.Header = req.Header.Clone()
+	t.Inject(ctx, req.Header)
+}
+
+// failCallSpan ends the call's span as failed: no reply, or an error reply.
+func (x *exchange) failCallSpan(status int, cause string) {
+	sp := x.spans.call
+	x.spans.call = tracing.Span{}
+	if status != 0 {
+		sp.EndChat(tracing.ChatResponse{Status: status})
+		return
+	}
+	sp.Fail(cause, "upstream call failed")
+	sp.End()
 }
