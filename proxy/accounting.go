@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ctxproxy/ctxproxy/cachetrack"
 	"github.com/ctxproxy/ctxproxy/tokens"
 	"github.com/ctxproxy/ctxproxy/tracing"
 )
@@ -58,6 +59,49 @@ func (x *exchange) record(resp *http.Response, r tokens.Reply, meta replyMeta) {
 		x.acct.cost = x.acct.cost.Plus(x.s.charge(&c))
 	}
 	x.endCallSpan(&c, meta)
+}
+
+// attributeCache fills c's cache fields from the conversation's previous call, and makes this
+// call the previous one: the next round of a memory loop, or the client's next request.
+func (x *exchange) attributeCache(c *tokens.Call, r *tokens.Reply) {
+	v, t := &x.conv, x.s.cfg.CacheTracker
+	if !v.on || c.Status != 200 {
+		return
+	}
+	call := cachetrack.Call{At: t.Now(), Model: x.req.info.Model, System: v.system, Tools: v.tools,
+		CacheRead: r.Usage.CacheReadInputTokens, CacheCreation: r.Usage.CacheCreationInputTokens,
+		CacheCreation1h: r.Usage.CacheCreation1hInputTokens, MessageID: r.ID, Diagnosis: missReason(v.seen.diagnosis)}
+	for _, e := range r.Edits {
+		call.ClearedToolUses += e.ClearedToolUses
+		call.ClearedThinkingTurns += e.ClearedThinkingTurns
+	}
+	var prev *cachetrack.Prev
+	if v.known {
+		prev = &v.prev
+	}
+	verdict := cachetrack.Attribute(prev, &call)
+	c.CacheMissedInputTokens, c.CacheMissCause = verdict.Missed, verdict.Cause
+	c.CacheEffect = tokens.CacheUnknown
+	if verdict.Known {
+		c.CacheEffect = tokens.CacheMeasured
+	}
+	v.prev, v.known = cachetrack.Next(prev, &call), true
+	t.Store(v.seen.turn, v.prev)
+	t.Store(cachetrack.MessageKey(v.scope, r.ID), v.prev)
+	v.seen = seenReply{}
+}
+
+// missReason is a cache_miss_reason.type as a ledger line names it: one of the API's known
+// types, or "other".
+func missReason(t string) string {
+	switch t {
+	case "":
+		return ""
+	case "messages_changed", "system_changed", "tools_changed", "model_changed", "previous_message_not_found", "unavailable":
+		return t
+	default:
+		return "other"
+	}
 }
 
 // ledger prices c and records it (ledger line and metrics); without a

@@ -4,16 +4,18 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/ctxproxy/ctxproxy/cachetrack"
-	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
 // What a tenant's edits did to the prompt cache (package cachetrack has the rules). For a tenant
 // whose policy writes clearing edits, each Messages request is matched to its conversation's
 // previous call (a thread by its previous reply's id, a resent history by its last assistant
 // turn's tool uses); each upstream call's ledger line says what the cache missed and why, and
-// the call becomes the conversation's previous one. With accounting.cache_diagnostics the API's
-// diagnosis is asked (diagnostics.previous_message_id), and the client still sees what it
-// would have seen without it: its own diagnostics when it asked, else null in place.
+// the call becomes the conversation's previous one (attributeCache, in accounting.go where the
+// line is built). With accounting.cache_diagnostics the API's diagnosis is asked
+// (diagnostics.previous_message_id: added by the rewrite, askDiagnostics, and by the memory
+// loop, diagnosticsForRound), and the client still sees what it would have seen without it: its
+// own diagnostics when it asked, else null in place (seePlain here, the stream's hooks in
+// stream.go).
 
 // conversation is the exchange's part in its conversation: opened by openConversation, fed
 // by the reply (seePlain here, the stream's hooks in stream.go) and moved on by attributeCache.
@@ -79,19 +81,6 @@ func (x *exchange) seePlain(reply []byte) []byte {
 	return reply
 }
 
-// missReason is a cache_miss_reason.type as a ledger line names it: one of the API's known
-// types, or "other".
-func missReason(t string) string {
-	switch t {
-	case "":
-		return ""
-	case "messages_changed", "system_changed", "tools_changed", "model_changed", "previous_message_not_found", "unavailable":
-		return t
-	default:
-		return "other"
-	}
-}
-
 // spliceNull is b with the JSON value r (found in b) replaced by null.
 func spliceNull(b []byte, r gjson.Result) []byte {
 	if r.Index <= 0 || r.Index+len(r.Raw) > len(b) {
@@ -101,34 +90,4 @@ func spliceNull(b []byte, r gjson.Result) []byte {
 	out = append(out, b[:r.Index]...)
 	out = append(out, "null"...)
 	return append(out, b[r.Index+len(r.Raw):]...)
-}
-
-// attributeCache fills c's cache fields from the conversation's previous call, and makes this
-// call the previous one: the next round of a memory loop, or the client's next request.
-func (x *exchange) attributeCache(c *tokens.Call, r *tokens.Reply) {
-	v, t := &x.conv, x.s.cfg.CacheTracker
-	if !v.on || c.Status != 200 {
-		return
-	}
-	call := cachetrack.Call{At: t.Now(), Model: x.req.info.Model, System: v.system, Tools: v.tools,
-		CacheRead: r.Usage.CacheReadInputTokens, CacheCreation: r.Usage.CacheCreationInputTokens,
-		CacheCreation1h: r.Usage.CacheCreation1hInputTokens, MessageID: r.ID, Diagnosis: missReason(v.seen.diagnosis)}
-	for _, e := range r.Edits {
-		call.ClearedToolUses += e.ClearedToolUses
-		call.ClearedThinkingTurns += e.ClearedThinkingTurns
-	}
-	var prev *cachetrack.Prev
-	if v.known {
-		prev = &v.prev
-	}
-	verdict := cachetrack.Attribute(prev, &call)
-	c.CacheMissedInputTokens, c.CacheMissCause = verdict.Missed, verdict.Cause
-	c.CacheEffect = tokens.CacheUnknown
-	if verdict.Known {
-		c.CacheEffect = tokens.CacheMeasured
-	}
-	v.prev, v.known = cachetrack.Next(prev, &call), true
-	t.Store(v.seen.turn, v.prev)
-	t.Store(cachetrack.MessageKey(v.scope, r.ID), v.prev)
-	v.seen = seenReply{}
 }

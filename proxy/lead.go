@@ -174,15 +174,6 @@ func (x *exchange) startLead(header http.Header, lease *bodyLease, shape leadSha
 	return u
 }
 
-// take hands the upload to the request's first upstream call, once; nil after.
-func (u *leadUpload) take() *leadUpload {
-	if u == nil || u.taken {
-		return nil
-	}
-	u.taken = true
-	return u
-}
-
 // drop cuts an upload no upstream call took (none does so today).
 func (u *leadUpload) drop() {
 	if u != nil && !u.taken {

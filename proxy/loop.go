@@ -12,7 +12,6 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
 	"github.com/ctxproxy/ctxproxy/policy"
-	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
 // The memory loop. When a reply stops for tool_use and its tool calls are all
@@ -187,34 +186,6 @@ func nextBody(body []byte, replyID string, assistant, results []byte) ([]byte, e
 	out = append(out, results...)
 	out = append(out, '}')
 	return append(out, body[end:]...), nil
-}
-
-// setUsage writes u into the usage object at path of a message or event.
-func setUsage(b []byte, path string, u tokens.Usage) []byte {
-	set := func(b []byte, field string, v int64) []byte {
-		out, err := sjson.SetBytes(b, path+"."+field, v)
-		if err != nil {
-			return b
-		}
-		return out
-	}
-	b = set(b, "input_tokens", u.InputTokens)
-	b = set(b, "output_tokens", u.OutputTokens)
-	b = set(b, "cache_creation_input_tokens", u.CacheCreationInputTokens)
-	return set(b, "cache_read_input_tokens", u.CacheReadInputTokens)
-}
-
-// setIterations writes the usage.iterations of every call into the usage
-// object at path, when any call had them.
-func setIterations(b []byte, path string, its []tokens.Iteration) []byte {
-	if its == nil {
-		return b
-	}
-	out, err := sjson.SetRawBytes(b, path+".iterations", tokens.AppendIterations(nil, its))
-	if err != nil {
-		return b
-	}
-	return out
 }
 
 // diagnosticsForRound points the memory loop's next request at the reply it continues from.

@@ -103,6 +103,3 @@ func (x *exchange) startStream(sw *streamWriter, resp *http.Response) {
 	sw.started = true
 	sw.send(nil)
 }
-
-// streamed counts what the stream wrote, once it is over.
-func (x *exchange) streamed(sw *streamWriter) { x.out.n += sw.n }

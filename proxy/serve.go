@@ -26,15 +26,15 @@ import (
 // readLeading, which reads, rewrites and limits in one), from what the phase
 // returns; the later phases only read it. What changes while the reply is
 // under way has one writer per field:
-//   - out: what the client got; the writers in reply.go and the
-//     streamWriter's owner, startStream and streamed.
+//   - out: what the client got; the writers in reply.go (startStream for a
+//     stream) and streamed, which counts what the stream wrote.
 //   - acct: what the upstream calls cost; calls by callUpstream, upDur by
 //     waited, memCmds by memoryCommand, the rest by record.
 //   - loop: what the memory loop carries from round to round; loop.go.
 //   - spans: the open OpenTelemetry spans; started by startServerSpan and
 //     startCallSpan, ended by endCallSpan, failCallSpan and endSpans.
 //   - conv: opened by openConversation; seen set by seePlain and seeStream,
-//     the previous call by attributeCache.
+//     prev and known moved on by attributeCache.
 //
 // What one upstream round learns lives in the round's own values: the reply
 // and roundEnd in loop.go, round in stream.go.

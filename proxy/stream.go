@@ -62,6 +62,9 @@ func (x *exchange) serveStream() {
 	}
 }
 
+// streamed counts what the stream wrote, once it is over.
+func (x *exchange) streamed(sw *streamWriter) { x.out.n += sw.n }
+
 // streamRound sends the loop's next request, relays its stream and accounts
 // it. It returns a nil round when the reply to the client is over: the
 // upstream failed (answered, or an error event sent) or the client went
@@ -697,6 +700,34 @@ func (x *exchange) endStream(sw *streamWriter, rd *round, round int, stop string
 	} else {
 		sw.send(appendSSE(nil, "message_stop", []byte(`{"type":"message_stop"}`)))
 	}
+}
+
+// setUsage writes u into the usage object at path of a message or event.
+func setUsage(b []byte, path string, u tokens.Usage) []byte {
+	set := func(b []byte, field string, v int64) []byte {
+		out, err := sjson.SetBytes(b, path+"."+field, v)
+		if err != nil {
+			return b
+		}
+		return out
+	}
+	b = set(b, "input_tokens", u.InputTokens)
+	b = set(b, "output_tokens", u.OutputTokens)
+	b = set(b, "cache_creation_input_tokens", u.CacheCreationInputTokens)
+	return set(b, "cache_read_input_tokens", u.CacheReadInputTokens)
+}
+
+// setIterations writes the usage.iterations of every call into the usage
+// object at path, when any call had them.
+func setIterations(b []byte, path string, its []tokens.Iteration) []byte {
+	if its == nil {
+		return b
+	}
+	out, err := sjson.SetRawBytes(b, path+".iterations", tokens.AppendIterations(nil, its))
+	if err != nil {
+		return b
+	}
+	return out
 }
 
 // streamWriter is the one event stream the client sees, across every round

@@ -78,6 +78,16 @@ func (x *exchange) callUpstream(ctx context.Context, route *http.Request, body [
 	return resp, t0, nil
 }
 
+// take hands the upload that went ahead (lead.go) to the request's first upstream call, once;
+// nil after. It lives here, by the one call that takes it.
+func (u *leadUpload) take() *leadUpload {
+	if u == nil || u.taken {
+		return nil
+	}
+	u.taken = true
+	return u
+}
+
 // decodeBody wraps resp.Body so it reads identity bytes, and fixes the
 // headers to match.
 func decodeBody(resp *http.Response) error {
