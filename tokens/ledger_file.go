@@ -94,8 +94,9 @@ func (l *FileLedger) AppendBatch(ctx context.Context, cs []Call) (int, error) {
 	if l.needNL {
 		l.buf = append(l.buf, '\n')
 	}
-	start := len(l.buf)
+	start, last := len(l.buf), len(l.buf)
 	for i := range cs {
+		last = len(l.buf)
 		l.buf = AppendCall(l.buf, &cs[i])
 		l.buf = append(l.buf, '\n')
 	}
@@ -108,7 +109,7 @@ func (l *FileLedger) AppendBatch(ctx context.Context, cs []Call) (int, error) {
 	}
 	l.needNL = false
 	if l.rf != nil {
-		l.rollup.appended(l.rf, l.buf, cs)
+		l.rollup.appended(l.rf, l.buf, l.buf[last:], cs)
 	}
 	return len(cs), nil
 }

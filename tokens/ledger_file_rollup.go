@@ -111,7 +111,11 @@ func (fr *fileRollup) load(r io.ReaderAt, size int64) {
 		for i, f := range rollupSums {
 			*f.of(t) = row.Sums[i]
 		}
-		fr.rows[rollupKey{bucket: time.Unix(row.Day, 0).UTC(), tenant: row.Tenant, dim: row.Dim, value: row.Value}] = t
+		d := dimIndex(row.Dim)
+		if d < 0 {
+			return // not a dimension of these sums: rebuilt
+		}
+		fr.rows[rollupKey{bucket: row.Day, dim: uint8(d), tenant: row.Tenant, value: row.Value}] = t
 	}
 	fr.offset, fr.loaded = rf.Offset, true
 }
@@ -128,7 +132,7 @@ func (fr *fileRollup) save(r io.ReaderAt) error {
 		for i, f := range rollupSums {
 			sums[i] = *f.of(t)
 		}
-		rf.Rows = append(rf.Rows, rollupFileRow{Day: k.bucket.Unix(), Tenant: k.tenant, Dim: k.dim, Value: k.value, Sums: sums})
+		rf.Rows = append(rf.Rows, rollupFileRow{Day: k.bucket, Tenant: k.tenant, Dim: rollupDims[k.dim], Value: k.value, Sums: sums})
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(fr.path), ".rollup-*")
 	if err != nil {
@@ -150,11 +154,11 @@ func (fr *fileRollup) save(r io.ReaderAt) error {
 	return nil
 }
 
-// appended adds the lines cs, which the ledger has just written as buf, when the rollup is
-// synced with the file; otherwise it stays behind and the next report reads them from the
-// file. r reads the ledger. The first time, the rollup is loaded from its file, never rebuilt
-// here: that is a report's work, not the writer's.
-func (fr *fileRollup) appended(r *os.File, buf []byte, cs []Call) {
+// appended adds the lines cs, which the ledger has just written as buf (last its last line),
+// when the rollup is synced with the file; otherwise it stays behind and the next report
+// reads them from the file. r reads the ledger. The first time, the rollup is loaded from its
+// file, never rebuilt here: that is a report's work, not the writer's.
+func (fr *fileRollup) appended(r *os.File, buf, last []byte, cs []Call) {
 	if fr.path == "" {
 		return
 	}
@@ -180,7 +184,6 @@ func (fr *fileRollup) appended(r *os.File, buf []byte, cs []Call) {
 		rollupAdd(fr.rows, &cs[i], fileRollupWidth)
 	}
 	fr.offset += int64(len(buf))
-	last := buf[bytes.LastIndexByte(buf[:len(buf)-1], '\n')+1:]
 	fr.last = append(fr.last[:0], last...)
 	if fr.unsaved += len(cs); fr.unsaved >= fileRollupSaveEvery {
 		fr.save(r) //nolint:errcheck // a cache: the next report reads what it lacks from the file
@@ -338,14 +341,15 @@ func (v *fileRollupView) addRollup(_ context.Context, b *reportBuilder, _ time.D
 	if dim == GroupByDay {
 		dim = GroupByModel
 	}
+	d := dimIndex(dim)
 	for k, t := range v.fr.rows {
-		if k.dim != dim || (tenant != "" && k.tenant != tenant) ||
-			(!from.IsZero() && k.bucket.Before(from)) || (!to.IsZero() && !k.bucket.Before(to)) {
+		if int(k.dim) != d || (tenant != "" && k.tenant != tenant) ||
+			(!from.IsZero() && k.bucket < from.Unix()) || (!to.IsZero() && k.bucket >= to.Unix()) {
 			continue
 		}
 		group := groupName(k.value)
 		if b.groupBy == GroupByDay {
-			group = k.bucket.Format(time.DateOnly)
+			group = k.bucketTime().Format(time.DateOnly)
 		}
 		b.add(k.tenant, group, t)
 	}

@@ -297,7 +297,7 @@ func pgRollupArgs(cs []Call, width time.Duration) []any {
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(a, b rollupKey) int {
-		return cmp.Or(strings.Compare(a.dim, b.dim), strings.Compare(a.tenant, b.tenant), a.bucket.Compare(b.bucket), strings.Compare(a.value, b.value))
+		return cmp.Or(strings.Compare(rollupDims[a.dim], rollupDims[b.dim]), strings.Compare(a.tenant, b.tenant), cmp.Compare(a.bucket, b.bucket), strings.Compare(a.value, b.value))
 	})
 	dims, tenants, values := make([]string, len(keys)), make([]string, len(keys)), make([]string, len(keys))
 	hours := make([]time.Time, len(keys))
@@ -306,7 +306,7 @@ func pgRollupArgs(cs []Call, width time.Duration) []any {
 		sums[j] = make([]int64, len(keys))
 	}
 	for i, k := range keys {
-		dims[i], tenants[i], hours[i], values[i] = k.dim, k.tenant, k.bucket, k.value
+		dims[i], tenants[i], hours[i], values[i] = rollupDims[k.dim], k.tenant, k.bucketTime(), k.value
 		t := m[k]
 		for j, f := range rollupSums {
 			sums[j][i] = *f.of(t)

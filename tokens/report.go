@@ -123,6 +123,12 @@ func (t *Totals) Add(c *Call) {
 // addTotals adds o's sums: every field of rollupSums (TestAddTotalsAddsEverySum), written out
 // since the ledger's writer adds each line to three rollup rows.
 func (t *Totals) addTotals(o *Totals) {
+	t.addSums(o)
+	t.setHitRate()
+}
+
+// addSums is addTotals without the hit rate (a rollup row's, never read).
+func (t *Totals) addSums(o *Totals) {
 	t.Calls += o.Calls
 	t.InputTokens += o.InputTokens
 	t.OutputTokens += o.OutputTokens
@@ -142,7 +148,6 @@ func (t *Totals) addTotals(o *Totals) {
 	t.Compactions += o.Compactions
 	t.CompactionCostUSD += o.CompactionCostUSD
 	t.CompactionSavingsUSD += o.CompactionSavingsUSD
-	t.setHitRate()
 }
 
 // setHitRate derives the cache hit rate from the token sums.

@@ -46,12 +46,26 @@ var rollupSums = [...]struct {
 // in exactly one row of each, so a tenant's (or a day's) sums are those of its model rows.
 var rollupDims = [...]string{GroupByModel, GroupByKey, GroupByUser}
 
-// rollupKey is one rollup row: a bucket (its start, UTC), a tenant, a dimension and its value
-// ("" for a line without a key id or user).
+// rollupKey is one rollup row: a bucket (its start, UTC, in Unix seconds), a tenant, a
+// dimension (its index in rollupDims) and its value ("" for a line without a key id or
+// user). Integers, not a time.Time and a dimension's name, since each line looks up a row
+// of every dimension: on the file ledger's append path, hashing the keys was most of the
+// rollup's cost.
 type rollupKey struct {
-	bucket     time.Time
-	tenant     string
-	dim, value string
+	bucket int64
+	dim    uint8
+	tenant string
+	value  string
+}
+
+// bucketTime is the start of the key's bucket.
+func (k rollupKey) bucketTime() time.Time { return time.Unix(k.bucket, 0).UTC() }
+
+// rollupBucket is the start of t's bucket of width (a whole number of seconds that divides a
+// day), in Unix seconds: t.UTC().Truncate(width), as the Unix epoch starts a day.
+func rollupBucket(t time.Time, width time.Duration) int64 {
+	s, w := t.Unix(), int64(width/time.Second)
+	return s - ((s%w)+w)%w
 }
 
 // rollupAdd adds c to the rows of its bucket (width: time.Hour or a day) in m.
@@ -60,16 +74,26 @@ func rollupAdd(m map[rollupKey]*Totals, c *Call, width time.Duration) {
 	if !ok {
 		return
 	}
-	b := c.Time.UTC().Truncate(width)
-	for _, d := range rollupDims {
-		k := rollupKey{bucket: b, tenant: c.Tenant, dim: d, value: dimValue(c, d)}
+	b := rollupBucket(c.Time, width)
+	for d := range rollupDims {
+		k := rollupKey{bucket: b, dim: uint8(d), tenant: c.Tenant, value: dimValue(c, rollupDims[d])}
 		r := m[k]
 		if r == nil {
 			r = new(Totals)
 			m[k] = r
 		}
-		r.addTotals(&t)
+		r.addSums(&t)
 	}
+}
+
+// dimIndex is g's index in rollupDims, or -1.
+func dimIndex(g string) int {
+	for i, d := range rollupDims {
+		if d == g {
+			return i
+		}
+	}
+	return -1
 }
 
 // rollupLedger is a ledger that keeps rollups.
