@@ -91,7 +91,7 @@ func main() {
 	flag.StringVar(&c.out, "out", "", "also write the markdown to this file")
 	flag.StringVar(&c.pprofDir, "pprof", "", "save CPU and alloc profiles of the proxy processes into this folder")
 	flag.StringVar(&c.rows, "rows", "", "comma-separated row ids to run (default all but the opt-in 4cp and 4cr, which need PostgreSQL and Redis: "+
-		"1,1r,2,2p,3,4,5,4i,4c,N,5i,4c0,4t0,4t,5h0,5w,5h; N needs nginx and is skipped without it)")
+		"1,1r,2,2p,3,4,5,4i,4c,N,5i,5p,4c0,4t0,4t,5h0,5w,5h; N needs nginx and is skipped without it)")
 	flag.StringVar(&c.loads, "loads", "", "comma-separated loads to run (default all: small,large,streams)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work folder (logs, ledgers, policies)")
 	flag.IntVar(&c.repeat, "repeat", 1, "run every load this many times, each run with fresh processes, and report each cell's median (the machine is shared)")
@@ -246,7 +246,12 @@ var allRows = []rowSpec{
 	// The memory round target: row 5 with its request log, which
 	// says how long each request waited on the upstream.
 	{id: "5i", name: "ctxproxy as 5, --log-level=info (its own time per memory round, from the request log)", kind: "ctxproxy",
-		key: keyMemory, memory: true, logLevel: "info", loads: []string{"small"}},
+		key: keyMemory, memory: true, logLevel: "info", loads: []string{"small", "large"}},
+	// Memory proxy mode's own cost on a long transcript: the tenant of row 5, the reply a
+	// plain answer (no memory call), against the pooled bare proxy; row 5 on the large load
+	// is the same with one memory call, 5i large its own time per round.
+	{id: "5p", name: "ctxproxy, memory proxy, the reply a plain answer (no memory call)", kind: "ctxproxy", key: keyMemory,
+		loads: []string{"small", "large"}},
 	// Feature cost: each feature configured but not triggered,
 	// then active, beside the row that has it off (4, or 5 for memory).
 	// The conversation lookup: row 4 tracks each clearing conversation's previous call;

@@ -43,6 +43,7 @@ func (r *runner) targets(b *strings.Builder, micro []microResult) {
 			check(cl.ownOne.p50 < 250*time.Microsecond), fmtDur(cl.ownOne.p50), fmtDur(cl.ownOne.p99), cl.ownOne.n,
 			fmtDur(cl.ownLoaded.p50), fmtDur(cl.ownLoaded.p99))
 	}
+	r.memoryLargeTargets(b)
 	r.lookupTarget(b)
 	b.WriteString("- feature cost (caps, history, tracing; off, configured, active): see the next section\n")
 	r.upstreamShare(b)
@@ -93,6 +94,27 @@ func (r *runner) bareTargets(b *strings.Builder) {
 		v := cl.rps / bare.rps
 		fmt.Fprintf(b, "- %s 1 MiB tool transcripts: ≥ 0.95× the pooled bare proxy's req/s (%d connections): %.2f× (%.0f vs %.0f, row %s)\n",
 			check(v >= 0.95), r.c.largeConc, v, cl.rps, bare.rps, bare.row.id)
+	}
+}
+
+// memoryLargeTargets: memory proxy mode on 1 MiB transcripts. A plain answer (row 5p) costs
+// ≤ 1.15× the pooled bare proxy's CPU per request and reaches ≥ 0.92× its req/s; with one
+// memory call (rows 5 and 5i), the proxy's own time per memory round is ≤ 2× its figure on
+// 2 KiB bodies (row 5i, one worker, p50).
+func (r *runner) memoryLargeTargets(b *strings.Builder) {
+	if cl, bare := r.find("5p", "large"), r.bareFor4("large"); cl != nil && bare != nil && cl.cpuPer() > 0 && bare.cpuPer() > 0 && bare.rps > 0 {
+		v, w := float64(cl.cpuPer())/float64(bare.cpuPer()), cl.rps/bare.rps
+		fmt.Fprintf(b, "- %s memory proxy mode, a plain answer, 1 MiB tool transcripts (row 5p): CPU per request ≤ 1.15× the pooled bare proxy's (row %s): %s vs %s, %.2f×\n",
+			check(v <= 1.15), bare.row.id, fmtDur(cl.cpuPer()), fmtDur(bare.cpuPer()), v)
+		fmt.Fprintf(b, "- %s memory proxy mode, a plain answer, 1 MiB tool transcripts (row 5p): ≥ 0.92× the pooled bare proxy's req/s (%d connections): %.2f× (%.0f vs %.0f)\n",
+			check(w >= 0.92), r.c.largeConc, w, cl.rps, bare.rps)
+	}
+	large, small := r.find("5i", "large"), r.find("5i", "small")
+	if large != nil && small != nil && large.ownErr == nil && small.ownErr == nil && large.ownOne.n > 0 && small.ownOne.p50 > 0 {
+		v := float64(large.ownOne.p50) / float64(small.ownOne.p50)
+		fmt.Fprintf(b, "- %s memory proxy mode, one memory call on a 1 MiB tool transcript: the proxy's own time per memory round ≤ 2× its 2 KiB figure "+
+			"(row 5i, one worker, p50): %s vs %s, %.2f× (p99 %s; under load p50 %s)\n",
+			check(v <= 2), fmtDur(large.ownOne.p50), fmtDur(small.ownOne.p50), v, fmtDur(large.ownOne.p99), fmtDur(large.ownLoaded.p50))
 	}
 }
 
@@ -233,7 +255,7 @@ func (r *runner) rowNote(cl *cell) string {
 			s += fmt.Sprintf(", %d undecodable", bad)
 		}
 		return s
-	case row.logLevel == "info" && cl.load == "small":
+	case row.logLevel == "info":
 		return ownNote(cl)
 	case row.memory && cl.load == "small":
 		return r.historyNote(cl)
