@@ -232,3 +232,6 @@ func (sh *Shadow) summary() string {
 	return fmt.Sprintf("shadow: sample %s, %d/min per candidate (%s)",
 		strconv.FormatFloat(sh.Sample, 'g', -1, 64), sh.MaxPerMinute, strings.Join(names, ", "))
 }
+
+// HasShadow reports whether the policy has shadow candidates (false for a nil policy).
+func (p *Policy) HasShadow() bool { return p != nil && p.Shadow != nil }

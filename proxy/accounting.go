@@ -55,6 +55,7 @@ func (x *exchange) record(resp *http.Response, r tokens.Reply, meta replyMeta) {
 	c.Cut = r.Cut
 	x.attributeCache(&c, &r)
 	c = x.s.ledger(x.r.Context(), c)
+	x.shadowCall(&c)
 	if x.ticket != nil {
 		x.acct.cost = x.acct.cost.Plus(x.s.charge(&c))
 	}
@@ -76,8 +77,9 @@ func (x *exchange) attributeCache(c *tokens.Call, r *tokens.Reply) {
 		call.ClearedThinkingTurns += e.ClearedThinkingTurns
 	}
 	var prev *cachetrack.Prev
+	v.prevCached = 0
 	if v.known {
-		prev = &v.prev
+		prev, v.prevCached = &v.prev, v.prev.Cached
 	}
 	verdict := cachetrack.Attribute(prev, &call)
 	c.CacheMissedInputTokens, c.CacheMissCause = verdict.Missed, verdict.Cause
@@ -86,6 +88,7 @@ func (x *exchange) attributeCache(c *tokens.Call, r *tokens.Reply) {
 		c.CacheEffect = tokens.CacheMeasured
 	}
 	v.prev, v.known = cachetrack.Next(prev, &call), true
+	c.Conversation = v.prev.Conversation
 	t.Store(v.seen.turn, v.prev)
 	t.Store(cachetrack.MessageKey(v.scope, r.ID), v.prev)
 	v.seen = seenReply{}

@@ -9,7 +9,7 @@ import (
 // What a tenant's edits did to the prompt cache (package cachetrack has the rules). For a tenant
 // whose policy writes clearing edits, each Messages request is matched to its conversation's
 // previous call (a thread by its previous reply's id, a resent history by its last assistant
-// turn's tool uses); each upstream call's ledger line says what the cache missed and why, and
+// turn's tool uses; tenants with shadow candidates too, for the policy lab); each upstream call's ledger line says what the cache missed and why, and
 // the call becomes the conversation's previous one (attributeCache, in accounting.go where the
 // line is built). With accounting.cache_diagnostics the API's diagnosis is asked
 // (diagnostics.previous_message_id: added by the rewrite, askDiagnostics, and by the memory
@@ -31,6 +31,9 @@ type conversation struct {
 	asked bool
 	// seen is what the current round's reply said, read before it is accounted.
 	seen seenReply
+	// prevCached is P of the call attributeCache last accounted: its conversation's previous
+	// call's cache read + creation, 0 when that was unknown.
+	prevCached int64
 }
 
 // seenReply is what a reply says of its conversation: the key its turn leaves for the next call
@@ -47,7 +50,7 @@ type seenReply struct {
 // call's cache effect is none or unknown whatever came before.
 func (x *exchange) openConversation(body []byte) conversation {
 	pol, t := x.who.pol, x.s.cfg.CacheTracker
-	if t == nil || x.ep != epMessages || !(pol.WritesClearingEdits() || pol.CacheDiagnostics()) {
+	if t == nil || x.ep != epMessages || !(pol.WritesClearingEdits() || pol.CacheDiagnostics() || pol.HasShadow()) {
 		return conversation{}
 	}
 	r := cachetrack.ReadRequest(pol.Tenant, body)

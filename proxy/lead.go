@@ -99,6 +99,7 @@ func (x *exchange) readLeading() (in clientBody, q request, t *limits.Ticket, ok
 	}
 	in.n = int64(n)
 	x.conv = x.openConversation(buf)
+	x.shadow = x.openShadow(buf)
 	parts, rest, info, err := pol.RewriteLead(buf, q.header, lead)
 	if !x.accept(&q, parts, info, err) {
 		return in, q, nil, false

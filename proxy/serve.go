@@ -35,6 +35,7 @@ import (
 //     startCallSpan, ended by endCallSpan, failCallSpan and endSpans.
 //   - conv: opened by openConversation; seen set by seePlain and seeStream,
 //     prev and known moved on by attributeCache.
+//   - shadow: opened by openShadow, handed to the policy lab by shadowCall.
 //
 // What one upstream round learns lives in the round's own values: the reply
 // and roundEnd in loop.go, round in stream.go.
@@ -50,11 +51,12 @@ type exchange struct {
 	req    request        // rewrite: the upstream request the policy made
 	ticket *limits.Ticket // limits: admitted against the tenant's limits; nil when it has none
 
-	conv  conversation // the conversation's previous call and the cache (cacheconv.go)
-	out   clientReply
-	acct  accounting
-	loop  memoryLoop
-	spans spans
+	conv   conversation // the conversation's previous call and the cache (cacheconv.go)
+	shadow shadowRun    // the policy lab's sample (shadow.go)
+	out    clientReply
+	acct   accounting
+	loop   memoryLoop
+	spans  spans
 }
 
 // serve is the request path: admit, body, conversation, rewrite, limits,
@@ -81,6 +83,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, ep endpoint) {
 			return
 		}
 		x.conv = x.openConversation(body) // before the rewrite, which may reuse body's buffer
+		x.shadow = x.openShadow(body)
 		if x.req, ok = x.rewrite(body); !ok {
 			return
 		}

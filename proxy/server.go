@@ -33,6 +33,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/limits"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/ctxproxy/ctxproxy/policy"
+	"github.com/ctxproxy/ctxproxy/shadow"
 	"github.com/ctxproxy/ctxproxy/tokens"
 	"github.com/ctxproxy/ctxproxy/tracing"
 )
@@ -55,7 +56,10 @@ type Config struct {
 	CacheTracker *cachetrack.Tracker
 	// NoCacheTracking tracks no conversation: every clearing call's cache effect is unknown and
 	// no diagnosis is asked. A benchmark aid (what the conversation lookup costs).
-	NoCacheTracking    bool
+	NoCacheTracking bool
+	// Lab is the policy lab, which measures tenants' shadow candidates (package shadow); nil:
+	// none measured.
+	Lab                *shadow.Lab
 	Log                *zap.Logger
 	MaxBody            int64         // request body limit; default 32 MiB
 	RequireKnownTenant bool          // answer 401 to clients that match no tenant

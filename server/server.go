@@ -25,6 +25,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/ctxproxy/ctxproxy/policy"
 	"github.com/ctxproxy/ctxproxy/proxy"
+	"github.com/ctxproxy/ctxproxy/shadow"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
@@ -165,6 +166,15 @@ func Open(ctx context.Context, cfg Settings) (_ *Server, err error) {
 	onClose(closeSessions)
 
 	tracker, clock := cacheTracker(&cfg)
+	// The policy lab: its own connections (never a client's), the tracker's clock for its
+	// per-minute bound; closed before the recorder flushes, so its last lines are written.
+	lab := shadow.New(shadow.Config{Upstream: up, Transport: proxy.NewTransport(shadow.DefaultTimeout),
+		Recorder: rec, Metrics: metrics, Log: log, Now: tracker.Now})
+	onClose(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		lab.Close(cctx)
+	})
 	srv, err := proxy.New(proxy.Config{
 		Upstream:            up,
 		Policies:            pols,
@@ -179,6 +189,7 @@ func Open(ctx context.Context, cfg Settings) (_ *Server, err error) {
 		Limits:              lim,
 		CacheTracker:        tracker,
 		NoCacheTracking:     cfg.DebugNoCacheTracking,
+		Lab:                 lab,
 		Log:                 log,
 		MaxBody:             cfg.MaxBody,
 		ForwardWhileReading: cfg.ForwardWhileReading,
