@@ -533,7 +533,7 @@ func (ps *parser) compact(n *yaml.Node) *Compact {
 				}
 				models = append(models, s)
 			}
-			c.Models = models
+			c.Models, c.ModelsListed = models, true
 		}
 	})
 	return c
@@ -904,23 +904,26 @@ func (p *Policy) render() error {
 		}
 	}
 	for i, thinking := range []bool{false, true} {
-		for j, compact := range [][]byte{nil, p.compactJSON, p.compactPauseJSON} {
-			if j > 0 && compact == nil {
-				continue
+		for j, toolUses := range []bool{false, true} {
+			for k, compact := range [][]byte{nil, p.compactJSON, p.compactPauseJSON} {
+				if k > 0 && compact == nil {
+					continue
+				}
+				p.tenant[i][j][k] = p.renderEdits(thinking, toolUses, compact)
 			}
-			p.tenant[i][j] = p.renderEdits(thinking, compact)
 		}
 	}
 	return nil
 }
 
-// renderEdits is the tenant's edits for one thinking state, with compact (nil: none) last.
-func (p *Policy) renderEdits(thinking bool, compact []byte) tenantEdits {
+// renderEdits is the tenant's edits: clear_thinking when thinking, clear_tool_uses when toolUses,
+// and compact (nil: none) last.
+func (p *Policy) renderEdits(thinking, toolUses bool, compact []byte) tenantEdits {
 	var te tenantEdits
 	if thinking && p.clearThinkingJSON != nil {
 		te.edits = append(te.edits, clientEdit{typ: EditClearThinking, raw: string(p.clearThinkingJSON)})
 	}
-	if p.clearToolUsesJSON != nil {
+	if toolUses && p.clearToolUsesJSON != nil {
 		te.edits = append(te.edits, clientEdit{typ: EditClearToolUses, raw: string(p.clearToolUsesJSON)})
 	}
 	if compact != nil {

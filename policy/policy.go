@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/capabilities"
 	"github.com/ctxproxy/ctxproxy/internal/modelid"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 )
@@ -131,9 +132,20 @@ type Policy struct {
 	clearToolUsesJSON []byte
 	compactJSON       []byte // pause_after_compaction false
 	compactPauseJSON  []byte // pause_after_compaction true: only for clients that asked for it
-	// What Rewrite writes for requests with thinking off [0] and on [1], and without the compact
-	// edit [0], with it [1] or with it pausing [2], built by render.
-	tenant [2][3]tenantEdits
+	// What Rewrite writes: without clear_thinking [0] or with it [1] (thinking on and the model
+	// takes it), without clear_tool_uses [0] or with it [1] (the model takes it), and without the
+	// compact edit [0], with it [1] or with it pausing [2], built by render.
+	tenant [2][2][3]tenantEdits
+	// models is what the API's models endpoint said of the tenant's models; nil: the built-in
+	// lists decide every edit.
+	models ModelSource
+}
+
+// ModelSource is what the API's models endpoint said of a tenant's models
+// (package capabilities): the rewrite asks it, per request, whether the model
+// takes each edit the tenant writes. Model must not block.
+type ModelSource interface {
+	Model(tenant, model string) capabilities.Model
 }
 
 // tenantEdits is the tenant's edits for one thinking state, ready to splice.
@@ -201,6 +213,10 @@ type Compact struct {
 	// client unaware of stop_reason "compaction" would stop there.
 	PauseAfterCompaction bool
 	Models               []string // models the edit is written for; DefaultCompactModels when unset
+	// ModelsListed: the policy lists Models itself. Then the edit is written only for them (and
+	// only where the model's capabilities do not say no); else the models endpoint decides, and
+	// DefaultCompactModels only where it cannot be read.
+	ModelsListed bool
 	// MeasureSavings: after a call that compacted, ctxproxy asks count_tokens what the same
 	// request would have read without compaction (an extra call, so off by default) and records
 	// the difference as the compaction's savings.
@@ -214,6 +230,20 @@ func (c *Compact) CompactFor(model string) bool {
 		return false
 	}
 	return modelid.Any(model, c.Models)
+}
+
+// compactWith reports whether the compact edit is written for model, whose capabilities say
+// takes of compact_20260112: never where they say no; where they say yes, for any model unless
+// the policy lists its models; where they are unknown (not read, not listed, null), by the
+// list (the policy's or DefaultCompactModels).
+func (c *Compact) compactWith(model string, takes capabilities.Support) bool {
+	switch {
+	case c == nil || model == "" || takes == capabilities.No:
+		return false
+	case takes == capabilities.Yes && !c.ModelsListed:
+		return true
+	}
+	return c.CompactFor(model)
 }
 
 // ClearThinking configures clear_thinking_20251015.
@@ -296,7 +326,7 @@ func (p *Policy) MemoryOn() bool {
 // TenantEdits returns the JSON array of edits the tenant writes for a request with or without
 // extended thinking ("" when none), e.g. for logs and the validate command.
 func (p *Policy) TenantEdits(thinking bool) string {
-	return p.tenant[b2i(thinking)][0].array
+	return p.tenant[b2i(thinking)][1][0].array
 }
 
 func b2i(b bool) int {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/ctxproxy/ctxproxy/capabilities"
 	"github.com/ctxproxy/ctxproxy/internal/apierr"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -44,6 +45,7 @@ type RewriteInfo struct {
 	Compact        bool     // the body ends up with a compact_20260112 edit
 	OnDemand       bool     // the body has a top-level compaction (on-demand compaction request)
 	Thinking       bool     // the request turns extended thinking on (enabled or adaptive)
+	BetweenTools   bool     // thinking.type is between_tools
 	ThreadContinue bool     // thread.type == "continue" (the API reference's threads section)
 	Threaded       bool     // thread.type is "create" or "continue": the API holds the conversation
 	Model          string   // the top-level model, when a string
@@ -269,6 +271,7 @@ func readTop(t *topLevel, info *RewriteInfo, body []byte, s string, skimmed span
 	if t.thinking.found && t.thinking.val.IsObject() {
 		typ := t.thinking.val.Get("type").Str
 		info.Thinking = typ == "enabled" || typ == "adaptive"
+		info.BetweenTools = typ == "between_tools"
 	}
 	if t.thread.found && t.thread.val.IsObject() {
 		typ := t.thread.val.Get("type").Str
@@ -317,8 +320,9 @@ func (p *Policy) planEdits(pl *plan, info *RewriteInfo, s string, t *topLevel) (
 		// API reference's compaction section, the request shape): nothing of it is added, the client's is left as sent.
 		info.Edits = editTypes(t.cm)
 	} else {
-		compact := p.ContextManagement.Compact.CompactFor(info.Model) && !signedCompactionFirst(t.messages)
-		r, err := p.rewriteEdits(s, t.cm, info.Thinking, compact)
+		w := p.editsFor(info)
+		w.compact = w.compact && !signedCompactionFirst(t.messages)
+		r, err := p.rewriteEdits(s, t.cm, w)
 		if err != nil {
 			return false, err
 		}
@@ -350,6 +354,33 @@ func (p *Policy) planEdits(pl *plan, info *RewriteInfo, s string, t *topLevel) (
 		}
 	}
 	return hasCM, nil
+}
+
+// writes is which of the tenant's edits a request gets.
+type writes struct {
+	thinking      bool // thinking counts as on: clear_thinking may stay (the client's) or be written
+	clearThinking bool // the tenant's clear_thinking is written
+	clearToolUses bool // the tenant's clear_tool_uses is written
+	compact       bool // the tenant's compact_20260112 is written
+}
+
+// editsFor decides, from what the API's models endpoint said of the request's model (its
+// capabilities; the built-in lists where they are unknown), which of the tenant's edits the
+// request gets: clear_thinking with thinking on and where the model takes it, between_tools
+// counting as thinking where the model lists it as a thinking type; clear_tool_uses where the
+// model takes it; compact_20260112 per compactWith. Unknown keeps what ctxproxy always did.
+func (p *Policy) editsFor(info *RewriteInfo) writes {
+	var m capabilities.Model
+	if p.models != nil && info.Model != "" {
+		m = p.models.Model(p.Tenant, info.Model)
+	}
+	thinking := info.Thinking || info.BetweenTools && m.BetweenTools == capabilities.Yes
+	return writes{
+		thinking:      thinking,
+		clearThinking: thinking && m.ClearThinking != capabilities.No,
+		clearToolUses: m.ClearToolUses != capabilities.No,
+		compact:       p.ContextManagement.Compact.compactWith(info.Model, m.Compact),
+	}
 }
 
 // planMemoryTool is step 2: the memory tool added to tools when memory is on (in a batch only
@@ -453,7 +484,7 @@ type clientEdit struct {
 // rewriteEdits decides the context_management.edits the body goes upstream with: in default
 // mode the client's own when it sent some (kept, fixed up: keptClientEdits), else the tenant's
 // (enforcedEdits); then where they go in the body (placeEdits).
-func (p *Policy) rewriteEdits(s string, cm member, thinking, compact bool) (editsResult, error) {
+func (p *Policy) rewriteEdits(s string, cm member, w writes) (editsResult, error) {
 	var r editsResult
 	cmPresent := cm.found && cm.val.Type != gjson.Null
 	edits, err := findEdits(cm, cmPresent)
@@ -469,7 +500,7 @@ func (p *Policy) rewriteEdits(s string, cm member, thinking, compact bool) (edit
 	var newArr string
 	if p.ContextManagement.Mode == CMDefault && len(client) > 0 {
 		var changed bool
-		if out, r.types, changed, err = p.keptClientEdits(client, thinking); err != nil {
+		if out, r.types, changed, err = p.keptClientEdits(client, w.thinking); err != nil {
 			return r, err
 		}
 		if !changed {
@@ -478,7 +509,7 @@ func (p *Policy) rewriteEdits(s string, cm member, thinking, compact bool) (edit
 		}
 		newArr = editsArray(out)
 	} else {
-		out, r.types, newArr = p.enforcedEdits(client, thinking, compact)
+		out, r.types, newArr = p.enforcedEdits(client, w)
 		if editsPresent && (newArr == edits.val.Raw || (len(out) == 0 && len(client) == 0)) {
 			// The client already sent exactly these edits (or an empty list and we have none).
 			r.hasCM = cmPresent
@@ -654,7 +685,7 @@ func placeEdits(r *editsResult, s string, cm, edits member, empty bool, newArr s
 // replays a compaction block may be refused without the edit (unverified; the API reference's
 // compaction section, how a compaction block must come back), so
 // ctxproxy never strips it.
-func (p *Policy) enforcedEdits(client []clientEdit, thinking, compact bool) ([]clientEdit, []string, string) {
+func (p *Policy) enforcedEdits(client []clientEdit, w writes) ([]clientEdit, []string, string) {
 	var clientCompact *clientEdit
 	for i := range client {
 		if client[i].typ == EditCompact {
@@ -662,14 +693,14 @@ func (p *Policy) enforcedEdits(client []clientEdit, thinking, compact bool) ([]c
 		}
 	}
 	c := 0
-	if compact {
+	if w.compact {
 		c = 1
 		if clientCompact != nil && p.ContextManagement.Compact.PauseAfterCompaction &&
 			gjson.Get(clientCompact.raw, "pause_after_compaction").Type == gjson.True {
 			c = 2
 		}
 	}
-	te := &p.tenant[b2i(thinking)][c]
+	te := &p.tenant[b2i(w.clearThinking)][b2i(w.clearToolUses)][c]
 	if c > 0 || clientCompact == nil {
 		return te.edits, te.types, te.array
 	}

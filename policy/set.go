@@ -121,3 +121,10 @@ func (p *Policy) keyLine(h [32]byte) int {
 	}
 	return p.Line
 }
+
+// useModels gives every policy of s, a Set not yet in force, the model source m.
+func (s *Set) useModels(m ModelSource) {
+	for _, p := range s.tenants {
+		p.models = m
+	}
+}

@@ -32,7 +32,16 @@ type Store struct {
 	reloaded func(error)
 	// onReload are called after every reload, under mu (see OnReload).
 	onReload []func(error)
+	// models is given to every policy loaded (WithModels).
+	models ModelSource
 }
+
+// StoreOption configures a Store.
+type StoreOption func(*Store)
+
+// WithModels has every policy the store loads ask m which edits a model takes (Policy's
+// rewrite); without it the built-in lists decide.
+func WithModels(m ModelSource) StoreOption { return func(s *Store) { s.models = m } }
 
 // OnReload registers f to be called after every reload, from SIGHUP (Reload) or a change in the
 // folder (Watch), with its error (nil: the new Set is in force). Calls run one at a time, in
@@ -45,15 +54,19 @@ func (s *Store) OnReload(f func(error)) {
 }
 
 // NewStore loads dir; the first load must succeed.
-func NewStore(dir string, log *zap.Logger) (*Store, error) {
+func NewStore(dir string, log *zap.Logger, opts ...StoreOption) (*Store, error) {
 	if log == nil {
 		log = zap.NewNop()
+	}
+	s := &Store{dir: dir, log: log, debounce: 100 * time.Millisecond, maxDelay: time.Second}
+	for _, o := range opts {
+		o(s)
 	}
 	set, err := LoadDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{dir: dir, log: log, debounce: 100 * time.Millisecond, maxDelay: time.Second}
+	set.useModels(s.models)
 	s.cur.Store(set)
 	s.last.Store(&ReloadStatus{At: time.Now()})
 	return s, nil
@@ -112,6 +125,7 @@ func (s *Store) reload() error {
 		}
 		return err
 	}
+	set.useModels(s.models)
 	old := s.cur.Swap(set)
 	s.last.Store(&ReloadStatus{At: time.Now()})
 	auditLimits(s.log, old, set, time.Now())
