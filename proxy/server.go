@@ -16,6 +16,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"github.com/ctxproxy/ctxproxy/capabilities"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -54,6 +55,10 @@ type Config struct {
 	// CacheTracker remembers each conversation's previous call, to measure what edits did to the
 	// prompt cache (cacheconv.go); nil: one of its own on the wall clock.
 	CacheTracker *cachetrack.Tracker
+	// Models reads what the API says of each tenant's models; the policies
+	// decide from it (policy.WithModels), the proxy only offers it a
+	// pass-through tenant's credential. nil: the built-in lists decide.
+	Models *capabilities.Cache
 	// NoCacheTracking tracks no conversation: every clearing call's cache effect is unknown and
 	// no diagnosis is asked. A benchmark aid (what the conversation lookup costs).
 	NoCacheTracking bool

@@ -73,6 +73,10 @@ func (x *exchange) callUpstream(ctx context.Context, route *http.Request, body [
 	}
 	if resp.StatusCode != http.StatusOK {
 		x.failCallSpan(resp.StatusCode, "")
+	} else if x.who.upstreamKey == "" && x.who.pol != nil {
+		// A pass-through tenant's models are read with the first credential
+		// the API took from it (read later, never on this path).
+		x.s.cfg.Models.Offer(x.who.pol.Tenant, x.req.header)
 	}
 	scrubReply(resp, x.who.upstreamKey)
 	return resp, t0, nil

@@ -24,8 +24,9 @@ import (
 // the agents' listener: it names every tenant, its spend and its caps, for
 // Prometheus only. Without --metrics-addr it is on the debug listener, and
 // without either it is not served. clock (--debug-manual-clock) moves the
-// conversations' clock; nil: no such route. stop closes what was opened.
-func serveSideListeners(cfg *Settings, metrics, clock http.Handler, log, lifecycle *zap.Logger) (stop func(), err error) {
+// conversations' clock; nil: no such route. refresh reads the tenants'
+// models now. stop closes what was opened.
+func serveSideListeners(cfg *Settings, metrics, clock, refresh http.Handler, log, lifecycle *zap.Logger) (stop func(), err error) {
 	var closers []func()
 	stop = func() {
 		for _, c := range closers {
@@ -39,6 +40,8 @@ func serveSideListeners(cfg *Settings, metrics, clock http.Handler, log, lifecyc
 			h.Handle("GET /metrics", metrics)
 			serves += ", /metrics"
 		}
+		h.Handle("POST /debug/models/refresh", refresh)
+		serves += ", /debug/models/refresh"
 		if clock != nil { // --debug-manual-clock
 			h.Handle("POST /debug/clock", clock)
 			serves += ", /debug/clock"

@@ -20,6 +20,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/internal/pgurl"
 	"go.uber.org/zap"
 
+	"github.com/ctxproxy/ctxproxy/capabilities"
 	"github.com/ctxproxy/ctxproxy/keys"
 	"github.com/ctxproxy/ctxproxy/limits"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
@@ -68,6 +69,7 @@ type Server struct {
 	Handler  http.Handler
 	Upstream *url.URL
 	Policies *policy.Store
+	Models   *capabilities.Cache
 	Keys     *keys.Keyring
 	Limits   *limits.Enforcer
 
@@ -100,11 +102,17 @@ func Open(ctx context.Context, cfg Settings) (_ *Server, err error) {
 		return nil, fmt.Errorf("--upstream %q: want an http(s) URL", cfg.Upstream)
 	}
 	s.Upstream = up
-	pols, err := policy.NewStore(cfg.Policies, log)
+	// The policies decide their edits from what the API says of each
+	// tenant's models, read with the tenants' credentials (models.go).
+	var pols *policy.Store
+	models := capabilities.New(capabilities.Options{Upstream: up, Log: log,
+		Tenants: func() []capabilities.Tenant { return modelTenants(pols.Current()) }})
+	pols, err = policy.NewStore(cfg.Policies, log, policy.WithModels(models))
 	if err != nil {
 		return nil, fmt.Errorf("load policies: %w", err)
 	}
-	s.Policies = pols
+	s.Policies, s.Models = pols, models
+	onClose(startModels(ctx, models, lifecycle))
 	mem, closeMem, err := OpenMemoryStore(ctx, cfg.MemoryStore, cfg.MemoryDir, log)
 	if err != nil {
 		return nil, err
@@ -178,6 +186,7 @@ func Open(ctx context.Context, cfg Settings) (_ *Server, err error) {
 	srv, err := proxy.New(proxy.Config{
 		Upstream:            up,
 		Policies:            pols,
+		Models:              models,
 		Memory:              mem,
 		MemoryAPI:           memAPI,
 		Recorder:            rec,
@@ -220,7 +229,7 @@ func Open(ctx context.Context, cfg Settings) (_ *Server, err error) {
 	}()
 	onClose(func() { stopWatch(); <-watched })
 
-	stopSide, err := serveSideListeners(&cfg, metrics.Handler(), clock, log, lifecycle)
+	stopSide, err := serveSideListeners(&cfg, metrics.Handler(), clock, refreshModels(models), log, lifecycle)
 	if err != nil {
 		return nil, err
 	}

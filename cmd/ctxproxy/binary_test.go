@@ -89,6 +89,19 @@ func fakeUpstream(t *testing.T) (*fakeapi.API, string) {
 	return fake, srv.URL
 }
 
+// proxiedCalls is what the fake saw but the reads of its models list that ctxproxy
+// makes on its own (at start, every ten minutes, and once for a pass-through
+// tenant whose credential the API took).
+func proxiedCalls(fake *fakeapi.API) []fakeapi.Request {
+	var out []fakeapi.Request
+	for _, r := range fake.Requests() {
+		if !strings.HasPrefix(r.Path, "/v1/models") {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 func send(t *testing.T, addr, path, body string) (*http.Response, string) {
 	t.Helper()
 	return sendAs(t, addr, binKey, path, body)

@@ -56,7 +56,7 @@ func TestBinaryCompactsAndCountsIt(t *testing.T) {
 		if !strings.Contains(body, `"type":"compaction"`) || (stream == "true" && !strings.Contains(body, `"compaction_delta"`)) {
 			t.Fatalf("stream %s: no compaction reached the client: %.500s", stream, body)
 		}
-		reqs := fake.Requests()
+		reqs := proxiedCalls(fake)
 		up := reqs[len(reqs)-1]
 		if gjson.GetBytes(up.Body, "context_management.edits.1.type").Str != "compact_20260112" ||
 			!strings.Contains(strings.Join(up.Betas, ","), "compact-2026-01-12") {
@@ -76,16 +76,16 @@ func TestBinaryCompactsAndCountsIt(t *testing.T) {
 
 	// count_tokens: the same rewrite, compact edit included; it never compacts.
 	resp, body := send(t, p.Addr, "/v1/messages/count_tokens", `{"model":"claude-opus-4-6",`+conv+`}`)
-	reqs := fake.Requests()
+	reqs := proxiedCalls(fake)
 	if resp.StatusCode != 200 || gjson.GetBytes(reqs[len(reqs)-1].Body, "context_management.edits.1.type").Str != "compact_20260112" {
 		t.Fatalf("count_tokens %d %s", resp.StatusCode, body)
 	}
 
 	// A threaded request the policy adds edits to: answered before any upstream call.
-	n := len(fake.Requests())
+	n := len(proxiedCalls(fake))
 	resp, body = send(t, p.Addr, "/v1/messages", `{"model":"claude-opus-4-6","max_tokens":10,"thread":{"type":"create"},"messages":[{"role":"user","content":"hi"}]}`)
-	if resp.StatusCode != 400 || gjson.Get(body, "error.details.error_code").Str != "thread_unsupported_request" || len(fake.Requests()) != n {
-		t.Fatalf("threaded request: %d %s (%d upstream calls)", resp.StatusCode, body, len(fake.Requests())-n)
+	if resp.StatusCode != 400 || gjson.Get(body, "error.details.error_code").Str != "thread_unsupported_request" || len(proxiedCalls(fake)) != n {
+		t.Fatalf("threaded request: %d %s (%d upstream calls)", resp.StatusCode, body, len(proxiedCalls(fake))-n)
 	}
 
 	p.Signal(syscall.SIGTERM)

@@ -215,7 +215,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	// The model's next view reads the restored text: the tool_result the
 	// proxy sent upstream in the recall's second round.
 	say(t, addr, "recall it")
-	reqs := fake.Requests()
+	reqs := proxiedCalls(fake)
 	last := reqs[len(reqs)-1]
 	if !strings.Contains(string(last.Body), "The deploy key rotates on Fridays.") || strings.Contains(string(last.Body), "IGNORE ALL") {
 		t.Fatalf("the model's view after the restore:\n%s", last.Body)

@@ -38,11 +38,11 @@ func TestBinaryShippedDefaultTenantKeepsStrangersMemoryApart(t *testing.T) {
 			fakeapi.Reply{Content: []json.RawMessage{call}},
 			fakeapi.Reply{Content: []json.RawMessage{fakeapi.Text("done")}},
 		))
-		before := len(fake.Requests())
+		before := len(proxiedCalls(fake))
 		if resp, body := sendAs(t, p.Addr, key, "/v1/messages", ask); resp.StatusCode != 200 {
 			t.Fatalf("status %d: %.300s", resp.StatusCode, body)
 		}
-		reqs := fake.Requests()[before:]
+		reqs := proxiedCalls(fake)[before:]
 		if len(reqs) != 2 {
 			t.Fatalf("%d upstream requests, want 2 (the memory call ran by the proxy)", len(reqs))
 		}

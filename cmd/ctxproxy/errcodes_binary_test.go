@@ -72,7 +72,7 @@ func TestBinaryRelaysErrorCodesAndNeverRetriesSpendLimits(t *testing.T) {
 				if resp.Header.Get("Retry-After") != "0" || resp.Header.Get("X-Should-Retry") != "true" || resp.Header.Get("X-Upstream-Said") != "kept" || resp.Header.Get("Request-Id") == "" {
 					t.Errorf("headers changed: %v", resp.Header)
 				}
-				if n := len(fake.Requests()); n != tt.calls {
+				if n := len(proxiedCalls(fake)); n != tt.calls {
 					t.Errorf("%d upstream calls, want %d", n, tt.calls)
 				}
 			})
@@ -87,8 +87,8 @@ func TestBinaryRelaysErrorCodesAndNeverRetriesSpendLimits(t *testing.T) {
 			return r
 		})
 		resp, got := send(t, p.Addr, "/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`)
-		if resp.StatusCode != 429 || resp.Header.Get("X-Should-Retry") != "false" || len(fake.Requests()) != 1 {
-			t.Errorf("status %d, x-should-retry %q, %d calls: %s", resp.StatusCode, resp.Header.Get("X-Should-Retry"), len(fake.Requests()), got)
+		if resp.StatusCode != 429 || resp.Header.Get("X-Should-Retry") != "false" || len(proxiedCalls(fake)) != 1 {
+			t.Errorf("status %d, x-should-retry %q, %d calls: %s", resp.StatusCode, resp.Header.Get("X-Should-Retry"), len(proxiedCalls(fake)), got)
 		}
 	})
 

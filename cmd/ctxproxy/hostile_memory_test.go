@@ -49,7 +49,7 @@ func TestBinaryBoundsHostileMemoryCalls(t *testing.T) {
 	if resp.StatusCode != 200 || gjson.Get(body, "content.0.text").Str != "done" {
 		t.Fatalf("status %d body %s", resp.StatusCode, body)
 	}
-	reqs := fake.Requests()
+	reqs := proxiedCalls(fake)
 	if len(reqs) != 2 {
 		t.Fatalf("%d upstream requests, want 2", len(reqs))
 	}

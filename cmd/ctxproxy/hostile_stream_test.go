@@ -40,6 +40,10 @@ func TestBinaryEndsAHostileUpstreamStreamInAnErrorEvent(t *testing.T) {
 	}
 	var n atomic.Int32
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/messages" { // the models list ctxproxy reads on its own
+			http.NotFound(w, r)
+			return
+		}
 		i := int(n.Add(1)) - 1
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(200)

@@ -158,9 +158,9 @@ func TestBinaryKeysAcrossReplicas(t *testing.T) {
 		}
 	})
 	t.Run("an unknown ctxproxy key is refused and goes nowhere", func(t *testing.T) {
-		before := len(fake.Requests())
+		before := len(proxiedCalls(fake))
 		resp, body := call(t, b.Addr, "POST", "/v1/messages", e2eRoutes[0].body, "X-Api-Key", keys.Prefix+"not-a-key")
-		if resp.StatusCode != 401 || !strings.Contains(body, "unknown") || len(fake.Requests()) != before {
+		if resp.StatusCode != 401 || !strings.Contains(body, "unknown") || len(proxiedCalls(fake)) != before {
 			t.Fatalf("%d %s", resp.StatusCode, body)
 		}
 	})

@@ -122,12 +122,12 @@ func TestBinaryLargeMemoryFileIsNeverReadWhole(t *testing.T) {
 		}},
 		fakeapi.Reply{Content: []json.RawMessage{fakeapi.Text("done")}},
 	))
-	before := len(fake.Requests())
+	before := len(proxiedCalls(fake))
 	resp, body := sendAs(t, p.Addr, globexKey, "/v1/messages", ask)
 	if resp.StatusCode != 200 || gjson.Get(body, "content.0.text").Str != "done" {
 		t.Fatalf("status %d body %.300s", resp.StatusCode, body)
 	}
-	reqs := fake.Requests()[before:]
+	reqs := proxiedCalls(fake)[before:]
 	if len(reqs) != 2 {
 		t.Fatalf("%d upstream requests, want 2", len(reqs))
 	}

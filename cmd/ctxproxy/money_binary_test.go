@@ -71,7 +71,7 @@ func TestHoldsAreBoundedAndCannotOverflow(t *testing.T) {
 		if resp.StatusCode != 429 || gjson.Get(got, "error.type").Str != "billing_error" {
 			t.Fatalf("a request holding more than int64 nano-dollars: %d %s, want 429 billing_error", resp.StatusCode, got)
 		}
-		if n := len(fake.Requests()); n != 0 {
+		if n := len(proxiedCalls(fake)); n != 0 {
 			t.Errorf("%d requests reached the upstream", n)
 		}
 	})
@@ -388,7 +388,7 @@ func TestBatchesPayLikeTheirRequests(t *testing.T) {
 	lone := `{"model":"m","max_tokens":4096,"messages":[{"role":"user","content":"alone"}]}`
 	batches := func() int {
 		n := 0
-		for _, r := range fake.Requests() {
+		for _, r := range proxiedCalls(fake) {
 			if r.Path == "/v1/messages/batches" && r.Method == http.MethodPost {
 				n++
 			}

@@ -92,7 +92,7 @@ func TestTwoReplicasOnOneDatabaseLoseNoEdit(t *testing.T) {
 func editAnswers(t *testing.T, fake *fakeapi.API) (acked map[string]bool, answers map[string]string) {
 	t.Helper()
 	acked, answers = map[string]bool{}, map[string]string{}
-	for _, r := range fake.Requests() {
+	for _, r := range proxiedCalls(fake) {
 		if r.AssistantTurns != 1 || len(r.Messages) != 3 {
 			continue
 		}

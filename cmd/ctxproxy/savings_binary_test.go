@@ -407,7 +407,7 @@ func TestBinaryDiagnosticsCtxproxyAsksLeaveTheClientsBytesAlone(t *testing.T) {
 			}
 		})
 	}
-	for _, r := range s.fake.Requests() {
+	for _, r := range proxiedCalls(s.fake) {
 		if gjson.GetBytes(r.Body, "diagnostics").Exists() {
 			asked = append(asked, r)
 		}

@@ -70,12 +70,12 @@ memory:
 			replies = append(replies, fakeapi.Reply{Content: []json.RawMessage{c}})
 		}
 		fake.SetResponder(fakeapi.Script(append(replies, fakeapi.Reply{Content: []json.RawMessage{fakeapi.Text("done")}})...))
-		before := len(fake.Requests())
+		before := len(proxiedCalls(fake))
 		if resp, body := call(t, p.Addr, "POST", "/v1/messages", ask, "X-Api-Key", key); resp.StatusCode != 200 {
 			t.Fatalf("status %d: %.300s", resp.StatusCode, body)
 		}
 		var out []gjson.Result
-		for _, r := range fake.Requests()[before+1:] {
+		for _, r := range proxiedCalls(fake)[before+1:] {
 			out = append(out, gjson.GetBytes(r.Messages[len(r.Messages)-1], "content.0"))
 		}
 		return out
@@ -125,7 +125,7 @@ memory:
 		if !r[0].Get("is_error").Bool() || !strings.Contains(r[0].Get("content").Str, "an Anthropic API key") {
 			t.Errorf("%s", r[0].Raw)
 		}
-		for _, rq := range fake.Requests() {
+		for _, rq := range proxiedCalls(fake) {
 			if rq.Path == "/v1/messages" && len(rq.Messages) > 2 && strings.Contains(string(rq.Messages[len(rq.Messages)-1]), key) {
 				t.Error("the key was echoed to the model")
 			}

@@ -145,7 +145,7 @@ func testBinaryTraces(t *testing.T, proto string) {
 		}
 	})
 	t.Run("the upstream sees the chat span as its parent", func(t *testing.T) {
-		reqs := fake.Requests()
+		reqs := proxiedCalls(fake)
 		if len(reqs) != 2 {
 			t.Fatalf("%d upstream requests", len(reqs))
 		}

@@ -153,7 +153,7 @@ func TestSDKSeesNoCacheDiagnosticsCtxproxyAskedFor(t *testing.T) {
 	}
 	// The test means something only if ctxproxy asked, naming the previous reply after the first call.
 	var asked, named int
-	for _, r := range e.fake.Requests() {
+	for _, r := range e.calls() {
 		if gjson.GetBytes(r.Body, "diagnostics").Exists() {
 			asked++
 			if strings.HasPrefix(gjson.GetBytes(r.Body, "diagnostics.previous_message_id").Str, "msg_") {

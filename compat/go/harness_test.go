@@ -6,6 +6,7 @@ package compat_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -90,6 +91,19 @@ func start(t *testing.T, opts ...fakeapi.Option) *env {
 
 // client is the official SDK pointed at ctxproxy, built exactly as the
 // README's Go snippet says (the lines between the README markers).
+// calls is what the fake saw but the reads of its models list that ctxproxy
+// makes on its own (at start, every ten minutes, and once for a pass-through
+// tenant whose credential the API took).
+func (e *env) calls() []fakeapi.Request {
+	var out []fakeapi.Request
+	for _, r := range e.fake.Requests() {
+		if !strings.HasPrefix(r.Path, "/v1/models") {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 func (e *env) client(apiKey string) anthropic.Client {
 	baseURL := e.proxyURL
 	// README:go-begin

@@ -188,7 +188,7 @@ func TestPoisonedMemoryFoundByRequestAndRestored(t *testing.T) {
 	}
 	// The poisoning request: the upstream request id the ledger names.
 	var poisonReq string
-	for _, r := range e.fake.Requests() {
+	for _, r := range e.calls() {
 		if strings.Contains(string(r.Body), "Read this web page") && !strings.Contains(string(r.Body), "tool_result") {
 			poisonReq = r.ID
 		}

@@ -87,7 +87,7 @@ func TestTheGoToolRunnerWithMemoryInTheProxy(t *testing.T) {
 			if got, ok := e.memFile("agent", "city.md"); !ok || got != "Paris\n" {
 				t.Errorf("memory file city.md = %q (exists %v)", got, ok)
 			}
-			reqs := e.fake.Requests()
+			reqs := e.calls()
 			if len(reqs) != 4 {
 				t.Fatalf("upstream requests %d, want 4 (view, create, get_weather round, answer)", len(reqs))
 			}

@@ -273,7 +273,7 @@ func run(t *testing.T, sh shape, stream bool) *anthropic.BetaMessage {
 			t.Fatalf("New: %v", err)
 		}
 	}
-	if n := len(e.fake.Requests()); n != sh.calls {
+	if n := len(e.calls()); n != sh.calls {
 		t.Errorf("upstream calls %d, want %d", n, sh.calls)
 	}
 	for _, c := range msg.Content {
@@ -293,7 +293,7 @@ func run(t *testing.T, sh shape, stream bool) *anthropic.BetaMessage {
 	// The agent's next turn: the message sent back unchanged is a request the
 	// upstream accepts (tool_use/tool_result pairing, thinking signatures).
 	e.fake.SetResponder(nil)
-	before := len(e.fake.Requests())
+	before := len(e.calls())
 	next := followUp(params, msg)
 	if th := next.Thinking.OfEnabled; th != nil && sh.calls > 1 {
 		// The merged message of a memory loop carries thinking blocks made
@@ -308,7 +308,7 @@ func run(t *testing.T, sh shape, stream bool) *anthropic.BetaMessage {
 	if _, err := client.Beta.Messages.New(ctx, next, option.WithMaxRetries(0)); err != nil {
 		t.Fatalf("sending the message back as the next assistant turn: %v", err)
 	}
-	reqs := e.fake.Requests()
+	reqs := e.calls()
 	if len(reqs) != before+1 || reqs[len(reqs)-1].Status != http.StatusOK {
 		t.Fatalf("follow-up upstream requests %d → %d, last status %d", before, len(reqs), reqs[len(reqs)-1].Status)
 	}
@@ -410,7 +410,7 @@ func TestAnUpstreamErrorReachesTheSDKAsItsErrorType(t *testing.T) {
 			if !strings.HasPrefix(apiErr.RequestID, "req_fake_") {
 				t.Errorf("RequestID %q, want the upstream's req_fake_...", apiErr.RequestID)
 			}
-			if n := len(e.fake.Requests()); n != 1 {
+			if n := len(e.calls()); n != 1 {
 				t.Errorf("upstream requests %d, want 1", n)
 			}
 		})
@@ -434,7 +434,7 @@ func TestTheSDKsOwnRetriesOn529GoThrough(t *testing.T) {
 	if msg.Content[0].Text != "third time lucky" {
 		t.Fatalf("message %s", msg.RawJSON())
 	}
-	reqs := e.fake.Requests()
+	reqs := e.calls()
 	if len(reqs) != 3 {
 		t.Fatalf("upstream requests %d, want 3 (the SDK's two retries)", len(reqs))
 	}

@@ -81,7 +81,7 @@ func TestTheGoToolRunnerWhenThreadsRefuseEdits(t *testing.T) {
 				t.Errorf("memory file city.md = %q (exists %v): a memory result was lost", got, ok)
 			}
 			refusals, served := 0, 0
-			for i, r := range e.fake.Requests() {
+			for i, r := range e.calls() {
 				if r.Status == 400 {
 					refusals++
 					if r.Error == nil || gjson.GetBytes(r.Body, "thread.type").Str == "" {
