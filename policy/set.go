@@ -126,5 +126,10 @@ func (p *Policy) keyLine(h [32]byte) int {
 func (s *Set) useModels(m ModelSource) {
 	for _, p := range s.tenants {
 		p.models = m
+		if p.Shadow != nil {
+			for i := range p.Shadow.Candidates {
+				p.Shadow.Candidates[i].Policy.models = m
+			}
+		}
 	}
 }

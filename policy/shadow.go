@@ -200,7 +200,7 @@ func (p *Policy) withContextManagement(cm ContextManagement) (*Policy, error) {
 	cp.Shadow = nil
 	cp.ContextManagement = cm
 	cp.clearThinkingJSON, cp.clearToolUsesJSON, cp.compactJSON, cp.compactPauseJSON = nil, nil, nil, nil
-	cp.tenant = [2][3]tenantEdits{}
+	cp.tenant = [2][2][3]tenantEdits{}
 	if err := cp.render(); err != nil {
 		return nil, err
 	}
