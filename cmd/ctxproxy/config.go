@@ -150,6 +150,7 @@ Commands:
   migrate    apply the PostgreSQL schemas of --memory-store and --ledger, then exit
   validate   check the policy files
   report     print the cost report from the ledger
+  advise     say which context-management policy a tenant should run (its shadow candidates, measured)
   memory     the tenants' memory: ls, cat, history, diff, restore, export, import, purge
   keys       create, list, revoke or rotate ctxproxy keys (sk-ctx-…) of a running ctxproxy
   demo       run a scripted agent session against a fake Anthropic API

@@ -43,6 +43,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 			return runValidate(args[1:], stdout, stderr, getenv)
 		case "report":
 			return runReport(ctx, args[1:], stdout, stderr, getenv)
+		case "advise":
+			return runAdvise(ctx, args[1:], stdout, stderr, getenv)
 		case "keys":
 			return runKeys(ctx, args[1:], stdout, stderr, getenv)
 		case "memory":
