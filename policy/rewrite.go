@@ -53,6 +53,27 @@ type RewriteInfo struct {
 	MaxTokens      int64    // the top-level max_tokens, when a number (else 0)
 	MetadataUserID string   // metadata.user_id, when a string
 	NeedsBeta      bool     // the outgoing body has context_management or the memory tool
+	// Top is where the values of the top-level members that name the request's conversation lie
+	// in the body as given, found in the validating pass: the proxy's cache tracking reads them
+	// without a pass of its own. They index the body as the client sent it, not one rewritten in
+	// place.
+	Top TopValues
+}
+
+// TopValues are byte ranges of top-level values in a body; the zero Range for a member absent.
+type TopValues struct {
+	System, Tools, Messages, Thread, Diagnostics Range
+}
+
+// Range is body[Start:End].
+type Range struct{ Start, End int }
+
+// Of is the range's bytes in body, nil for the zero Range.
+func (r Range) Of(body []byte) []byte {
+	if r.End == 0 {
+		return nil
+	}
+	return body[r.Start:r.End:r.End]
 }
 
 // ownedEditType is an edit type copied out of the body, or the constant
@@ -190,6 +211,23 @@ func (p *Policy) rewrite(body []byte, h http.Header, inBatch bool, skimmed span)
 	return ops, info, nil
 }
 
+// of is the range recorded for key k, nil when none is.
+func (t *TopValues) of(k string) *Range {
+	switch k {
+	case "system":
+		return &t.System
+	case "tools":
+		return &t.Tools
+	case "messages":
+		return &t.Messages
+	case "thread":
+		return &t.Thread
+	case "diagnostics":
+		return &t.Diagnostics
+	}
+	return nil
+}
+
 // topLevel is what rewrite reads of the body's top-level object: the members it changes or
 // looks into, and where the object opens and closes.
 type topLevel struct {
@@ -229,6 +267,9 @@ func readTop(t *topLevel, info *RewriteInfo, body []byte, s string, skimmed span
 			}
 		}
 		keys = append(keys, k)
+		if r := info.Top.of(k); r != nil {
+			*r = Range{tm.valStart, tm.valEnd}
+		}
 		var m *member
 		switch k {
 		case "context_management":

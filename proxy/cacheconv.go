@@ -1,9 +1,13 @@
 package proxy
 
 import (
+	"strings"
+	"unsafe"
+
 	"github.com/tidwall/gjson"
 
 	"github.com/ctxproxy/ctxproxy/cachetrack"
+	"github.com/ctxproxy/ctxproxy/policy"
 )
 
 // What a tenant's edits did to the prompt cache (package cachetrack has the rules). For a tenant
@@ -38,22 +42,31 @@ type conversation struct {
 
 // seenReply is what a reply says of its conversation: the key its turn leaves for the next call
 // and the API's diagnosis, its diagnostics.cache_miss_reason.type as it came ("" for none, null
-// or pending; attributeCache names it, missReason). gjson's GetBytes and ParseBytes copy what
-// they return, so it never points into a pooled buffer.
+// or pending; attributeCache names it, missReason). It is copied (gjson's GetBytes copies what it
+// returns; seePlain clones it), so it never points into a pooled buffer.
 type seenReply struct {
 	turn      cachetrack.Key
 	diagnosis string
 }
 
-// openConversation matches a Messages request to its conversation, before the policy rewrites
-// body. Only tenants whose policy clears (or asks diagnostics) are tracked: for the others a
-// call's cache effect is none or unknown whatever came before.
-func (x *exchange) openConversation(body []byte) conversation {
+// openConversation matches a Messages request to its conversation. top is what the rewrite's
+// validating pass found of the body's members (RewriteInfo.Top); nil when the body is read
+// before the rewrite, which builds a short body's result in its own array (rewrite.go): then
+// cachetrack finds them in a pass of its own. Only tenants whose policy clears (or asks
+// diagnostics) are tracked: for the others a call's cache effect is none or unknown whatever
+// came before.
+func (x *exchange) openConversation(body []byte, top *policy.TopValues) conversation {
 	pol, t := x.who.pol, x.s.cfg.CacheTracker
 	if t == nil || x.ep != epMessages || !(pol.WritesClearingEdits() || pol.CacheDiagnostics() || pol.HasShadow()) {
 		return conversation{}
 	}
-	r := cachetrack.ReadRequest(pol.Tenant, body)
+	var r cachetrack.Request
+	if top == nil {
+		r = cachetrack.ReadRequest(pol.Tenant, body)
+	} else {
+		r = cachetrack.Read(pol.Tenant, cachetrack.Members{System: top.System.Of(body), Tools: top.Tools.Of(body),
+			Messages: top.Messages.Of(body), Thread: top.Thread.Of(body), Diagnostics: top.Diagnostics.Of(body)})
+	}
 	v := conversation{on: true, scope: pol.Tenant, key: r.Turn, system: r.System, tools: r.Tools}
 	v.prev, v.known = t.Lookup(r.Turn)
 	v.asked = pol.CacheDiagnostics() && !r.HasDiagnostics
@@ -68,7 +81,9 @@ func (x *exchange) seePlain(reply []byte) []byte {
 		return reply
 	}
 	var content, diag gjson.Result
-	gjson.ParseBytes(reply).ForEach(func(k, r gjson.Result) bool {
+	// Through a view, not a copy of the reply: of what is read, the turn is hashed and the
+	// diagnosis cloned.
+	gjson.Parse(unsafe.String(unsafe.SliceData(reply), len(reply))).ForEach(func(k, r gjson.Result) bool {
 		switch k.Str {
 		case "content":
 			content = r
@@ -77,7 +92,7 @@ func (x *exchange) seePlain(reply []byte) []byte {
 		}
 		return true
 	})
-	v.seen = seenReply{turn: cachetrack.TurnKeyOf(v.scope, content), diagnosis: diag.Get("cache_miss_reason.type").Str}
+	v.seen = seenReply{turn: cachetrack.TurnKeyOf(v.scope, content), diagnosis: strings.Clone(diag.Get("cache_miss_reason.type").Str)}
 	if v.asked && diag.Exists() && diag.Type != gjson.Null {
 		return spliceNull(reply, diag)
 	}

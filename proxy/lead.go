@@ -98,14 +98,14 @@ func (x *exchange) readLeading() (in clientBody, q request, t *limits.Ticket, ok
 		return in, q, nil, false
 	}
 	in.n = int64(n)
-	x.conv = x.openConversation(buf)
 	x.shadow = x.openShadow(buf)
 	parts, rest, info, err := pol.RewriteLead(buf, q.header, lead)
 	if !x.accept(&q, parts, info, err) {
 		return in, q, nil, false
 	}
-	x.askDiagnostics(&q)
-	rest = x.withDiagnostics(rest)
+	x.conv = x.openConversation(buf, &info.Top)
+	x.conv.askDiagnostics(&q, false)
+	rest = x.conv.withDiagnostics(rest)
 	if t, ok = x.checkLimits(&q, n); !ok {
 		return in, q, nil, false
 	}

@@ -206,6 +206,15 @@ func benchLargeBody() []byte {
 // rewrite, upstream request, reply relay, accounting), without the network.
 func BenchmarkServe(b *testing.B) { benchServe(b, newBenchServer(b), nil) }
 
+// BenchmarkServeNoCacheTracking is BenchmarkServe without the conversation lookup
+// (Config.NoCacheTracking, the bench's row 4n): BenchmarkServe less this is what cache tracking
+// costs a request.
+func BenchmarkServeNoCacheTracking(b *testing.B) {
+	s := newBenchServer(b)
+	s.cfg.CacheTracker = nil
+	benchServe(b, s, nil)
+}
+
 // BenchmarkServeTraced is BenchmarkServe with traces on, every span sampled
 // and batched to an exporter that drops them: what tracing costs the proxy
 // itself (compare with BenchmarkServe, which has tracing off).

@@ -13,7 +13,7 @@ import (
 // rewriteFor applies pol to a Messages or count_tokens body;
 // the result is the upstream body in pieces.
 func rewriteFor(pol *policy.Policy, body []byte, h http.Header) ([][]byte, policy.RewriteInfo, error) {
-	if len(body) < minPooledBody {
+	if rewritesInPlace(body) {
 		// Built whole, in the room newBodyBuf left after the body: a small
 		// body goes upstream as one *bytes.Reader (requestBody), so pieces
 		// would only be joined. The client's bytes are not read again.
@@ -25,6 +25,10 @@ func rewriteFor(pol *policy.Policy, body []byte, h http.Header) ([][]byte, polic
 	}
 	return pol.RewriteParts(body, h)
 }
+
+// rewritesInPlace says whether rewriteFor builds body's rewrite in body's own array, after
+// which body is no longer what the client sent.
+func rewritesInPlace(body []byte) bool { return len(body) < minPooledBody }
 
 // request is the upstream request the tenant's policy made of the client's.
 type request struct {
@@ -41,20 +45,30 @@ type request struct {
 // it is, and the batch recorded, openBatch, so its results are accounted
 // when they pass through, batchreads.go). A nil policy (no default.yaml)
 // still validates the body and changes nothing. It answers a refused body
-// itself.
-func (x *exchange) rewrite(body []byte) (request, bool) {
+// itself. The conversation (cacheconv.go) is read from the rewrite's own
+// pass over the body (info.Top), or, for a body rewritten in place, before
+// the rewrite (a short body, in a pass of its own).
+func (x *exchange) rewrite(body []byte) (request, conversation, bool) {
 	q := request{header: x.upstreamHeader()}
 	if x.ep == epBatchCreate {
 		out, info, err := x.who.pol.RewriteBatch(body, q.header)
 		q.items = info.Items
-		return q, x.accept(&q, [][]byte{out}, policy.RewriteInfo{}, err)
+		return q, conversation{}, x.accept(&q, [][]byte{out}, policy.RewriteInfo{}, err)
+	}
+	var conv conversation
+	inPlace := rewritesInPlace(body)
+	if inPlace {
+		conv = x.openConversation(body, nil)
 	}
 	parts, info, err := rewriteFor(x.who.pol, body, q.header)
 	if !x.accept(&q, parts, info, err) {
-		return q, false
+		return q, conv, false
 	}
-	x.askDiagnostics(&q)
-	return q, true
+	if !inPlace {
+		conv = x.openConversation(body, &info.Top)
+	}
+	conv.askDiagnostics(&q, inPlace)
+	return q, conv, true
 }
 
 // upstreamHeader is the client's headers as they go upstream, with the
@@ -165,11 +179,20 @@ func upstreamHeader(in *http.Request) http.Header {
 }
 
 // askDiagnostics adds diagnostics.previous_message_id (the conversation's previous reply, null
-// when unknown) to the upstream request q, before its closing brace.
-func (x *exchange) askDiagnostics(q *request) {
-	if x.conv.asked {
-		q.parts = x.withDiagnostics(q.parts)
+// when unknown) to the upstream request q, before its closing brace. inPlace: q's body is one
+// piece in the proxy's own buffer (a short body rewritten in place), extended in its array
+// when it has the room (no copy of the body to join it with the field).
+func (v *conversation) askDiagnostics(q *request, inPlace bool) {
+	if !v.asked {
+		return
 	}
+	if inPlace && len(q.parts) == 1 {
+		if out, ok := v.diagnosticsInPlace(q.parts[0]); ok {
+			q.parts[0] = out
+			return
+		}
+	}
+	q.parts = v.withDiagnostics(q.parts)
 }
 
 // diagValueWidth is the bytes previous_message_id's value takes, padded with spaces: a body
@@ -177,19 +200,8 @@ func (x *exchange) askDiagnostics(q *request) {
 // the field is as long whether it names a reply or is null.
 const diagValueWidth = 64
 
-// withDiagnostics is parts (a body in pieces that may alias the client's) with the diagnostics
-// field before the last closing brace; parts itself when there is none to ask or no brace.
-func (x *exchange) withDiagnostics(parts [][]byte) [][]byte {
-	v := &x.conv
-	if !v.asked || len(parts) == 0 {
-		return parts
-	}
-	last := parts[len(parts)-1]
-	end := bytes.LastIndexByte(last, '}')
-	if end < 0 {
-		return parts
-	}
-	field := make([]byte, 0, 48+diagValueWidth+len(last)-end)
+// appendDiagnostics appends the diagnostics member, with its leading comma.
+func (v *conversation) appendDiagnostics(field []byte) []byte {
 	field = append(field, `,"diagnostics":{"previous_message_id":`...)
 	at := len(field)
 	if v.known && v.prev.MessageID != "" {
@@ -200,8 +212,42 @@ func (x *exchange) withDiagnostics(parts [][]byte) [][]byte {
 	for len(field)-at < diagValueWidth {
 		field = append(field, ' ')
 	}
-	field = append(append(field, '}'), last[end:]...)
+	return append(field, '}')
+}
+
+// withDiagnostics is parts (a body in pieces that may alias the client's) with the diagnostics
+// field before the last closing brace; parts itself when there is none to ask or no brace.
+func (v *conversation) withDiagnostics(parts [][]byte) [][]byte {
+	if !v.asked || len(parts) == 0 {
+		return parts
+	}
+	last := parts[len(parts)-1]
+	end := bytes.LastIndexByte(last, '}')
+	if end < 0 {
+		return parts
+	}
+	field := v.appendDiagnostics(make([]byte, 0, 48+diagValueWidth+len(last)-end))
+	field = append(field, last[end:]...)
 	out := make([][]byte, 0, len(parts)+1)
 	out = append(out, parts[:len(parts)-1]...)
 	return append(out, last[:end], field)
+}
+
+// diagnosticsInPlace is body with the diagnostics field before its last closing brace, built
+// in body's array; false when it has no room or no brace.
+func (v *conversation) diagnosticsInPlace(body []byte) ([]byte, bool) {
+	end := bytes.LastIndexByte(body, '}')
+	if end < 0 {
+		return body, false
+	}
+	var buf [48 + diagValueWidth + 8]byte
+	field := v.appendDiagnostics(buf[:0])
+	n := len(body) + len(field)
+	if n > cap(body) {
+		return body, false
+	}
+	out := body[:n]
+	copy(out[end+len(field):], body[end:])
+	copy(out[end:], field)
+	return out, true
 }

@@ -33,8 +33,8 @@ import (
 //   - loop: what the memory loop carries from round to round; loop.go.
 //   - spans: the open OpenTelemetry spans; started by startServerSpan and
 //     startCallSpan, ended by endCallSpan, failCallSpan and endSpans.
-//   - conv: opened by openConversation; seen set by seePlain and seeStream,
-//     prev and known moved on by attributeCache.
+//   - conv: opened by openConversation, in rewrite (or readLeading); seen
+//     set by seePlain and seeStream, prev and known moved on by attributeCache.
 //   - shadow: opened by openShadow, handed to the policy lab by shadowCall.
 //
 // What one upstream round learns lives in the round's own values: the reply
@@ -59,7 +59,7 @@ type exchange struct {
 	spans  spans
 }
 
-// serve is the request path: admit, body, conversation, rewrite, limits,
+// serve is the request path: admit, body, rewrite (with the conversation), limits,
 // the memory loop begun, then the reply, whose rounds go upstream through
 // callUpstream and are accounted as they end (record); finish accounts the
 // request. A phase that stops the request
@@ -82,9 +82,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, ep endpoint) {
 		if x.in, body, ok = x.readClientBody(); !ok {
 			return
 		}
-		x.conv = x.openConversation(body) // before the rewrite, which may reuse body's buffer
-		x.shadow = x.openShadow(body)
-		if x.req, ok = x.rewrite(body); !ok {
+		x.shadow = x.openShadow(body) // before the rewrite, which may reuse body's buffer
+		if x.req, x.conv, ok = x.rewrite(body); !ok {
 			return
 		}
 		if x.ticket, ok = x.checkLimits(&x.req, len(body)); !ok {

@@ -52,7 +52,7 @@ const clearingPolicy = `context_management:
     exclude_tools: [note]
 `
 
-func newSavingsStack(t *testing.T) *savingsStack {
+func newSavingsStack(t *testing.T, flags ...string) *savingsStack {
 	t.Helper()
 	dir, _, err := stack.Layout(t.TempDir(), map[string]string{
 		"clears.yaml": stack.TenantPolicy("clears", savingsKey, clearingPolicy),
@@ -66,8 +66,8 @@ func newSavingsStack(t *testing.T) *savingsStack {
 	srv := httpTestServer(t, fake)
 	fake.SetResponder(conversationReplies)
 	ledger := filepath.Join(t.TempDir(), "ledger.jsonl")
-	p := startProxy(t, "--upstream", srv, "--policies", dir, "--memory-dir", t.TempDir(),
-		"--ledger", "file:"+ledger, "--admin-token", "adm", "--debug-addr", "127.0.0.1:0", "--debug-manual-clock")
+	p := startProxy(t, append([]string{"--upstream", srv, "--policies", dir, "--memory-dir", t.TempDir(),
+		"--ledger", "file:" + ledger, "--admin-token", "adm", "--debug-addr", "127.0.0.1:0", "--debug-manual-clock"}, flags...)...)
 	return &savingsStack{fake: fake, proc: p, addr: p.Addr, debug: p.Addrs["debug listening"], ledger: ledger}
 }
 
@@ -109,6 +109,7 @@ type conversation struct {
 	key, system string
 	stream      bool
 	noCache     bool // no cache_control: the request caches nothing
+	readBytes   int  // what the tool "read" answers; 4,000 bytes when 0
 	messages    []json.RawMessage
 	replies     []string // each reply as the client got it (a stream: its events)
 }
@@ -154,7 +155,7 @@ func (c *conversation) call(t *testing.T, addr string) {
 	tool := gjson.Get(content, `#(type=="tool_use")`)
 	result := "noted"
 	if tool.Get("name").Str == "read" {
-		result = strings.Repeat("file contents ", 4000/14)
+		result = strings.Repeat("file contents ", max(c.readBytes, 4000)/14)
 	}
 	c.messages = append(c.messages, json.RawMessage(`{"role":"user","content":[{"type":"tool_result","tool_use_id":`+
 		jsonString(tool.Get("id").Str)+`,"content":`+jsonString(result)+`}]}`))
@@ -239,42 +240,9 @@ func TestBinarySavingsAreNetOfThePromptCache(t *testing.T) {
 	total := 0
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream=%v: a clearing costs the cache it invalidates, then saves at the read price", stream), func(t *testing.T) {
-			tag := fmt.Sprintf("go %v", stream)
-			c := newConversation(savingsKey, tag, stream)
-			for range 6 {
-				c.call(t, s.addr)
-			}
+			c := newConversation(savingsKey, fmt.Sprintf("go %v", stream), stream)
 			total += 6
-			lines := s.lines(t, total, "clears")
-			lines = lines[len(lines)-6:]
-			for i, l := range lines[:3] {
-				if l.Get("cleared_input_tokens").Int() != 0 || money(t, l, "savings_usd") != 0 || l.Get("cache_effect").Str != "none" {
-					t.Errorf("call %d, before any clearing: %s", i+1, l.Raw)
-				}
-			}
-			first, prev := lines[3], lines[2]
-			C := first.Get("cleared_input_tokens").Int()
-			R := first.Get("usage.cache_read_input_tokens").Int()
-			M := cached(prev) - R
-			if C <= 0 || M <= 0 || first.Get("usage.cache_creation_1h_input_tokens").Int() != 0 {
-				t.Fatalf("the clearing call cleared %d and missed %d: %s", C, M, first.Raw)
-			}
-			want := tokens.Money(C*sonnetRead - M*(sonnetWrite-sonnetRead))
-			if got := money(t, first, "savings_usd"); got != want || want >= 0 {
-				t.Errorf("the clearing call saved %s, want C×read − M×(write−read) = %d×0.30 − %d×3.45 per million = %s (negative)", got, C, M, want)
-			}
-			if first.Get("cache_missed_input_tokens").Int() != M || first.Get("cache_miss_cause").Str != "edits" ||
-				first.Get("cache_effect").Str != "measured" || money(t, first, "savings_gross_usd") != tokens.Money(C*sonnetRead) ||
-				money(t, first, "cache_penalty_usd") != tokens.Money(M*(sonnetWrite-sonnetRead)) {
-				t.Errorf("the clearing call's parts: %s", first.Raw)
-			}
-			for i, l := range lines[4:] {
-				c := l.Get("cleared_input_tokens").Int()
-				if c != C || l.Get("cache_missed_input_tokens").Int() != 0 || l.Get("cache_effect").Str != "measured" ||
-					money(t, l, "savings_usd") != tokens.Money(c*sonnetRead) {
-					t.Errorf("call %d, the same content cleared and the cache hit again: want %d×0.30 saved: %s", i+5, C, l.Raw)
-				}
-			}
+			checkClearingConversation(t, s, c, total)
 		})
 	}
 	t.Run("the report's savings are the sum of the lines, net", func(t *testing.T) {
@@ -290,6 +258,67 @@ func TestBinarySavingsAreNetOfThePromptCache(t *testing.T) {
 			t.Errorf("report net %s gross %s penalty %s; lines %s %s %s", rep.SavingsUSD, rep.SavingsGrossUSD, rep.CachePenaltyUSD, net, gross, penalty)
 		}
 	})
+}
+
+// A conversation whose bodies outgrow the short ones (64 KiB, from the second call on) is read
+// from the rewrite's own pass, its first call before the rewrite; with --forward-while-reading
+// its bodies from 256 KiB (the fourth call on) go while they arrive. The calls are one
+// conversation all the same.
+func TestBinarySavingsOfLongTranscripts(t *testing.T) {
+	for _, flags := range [][]string{nil, {"--forward-while-reading"}} {
+		t.Run(fmt.Sprintf("flags %q", flags), func(t *testing.T) {
+			s := newSavingsStack(t, flags...)
+			total := 0
+			for _, stream := range []bool{false, true} {
+				t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+					c := newConversation(savingsKey, fmt.Sprintf("long %v", stream), stream)
+					c.readBytes = 100_000
+					total += 6
+					checkClearingConversation(t, s, c, total)
+				})
+			}
+		})
+	}
+}
+
+// checkClearingConversation makes six calls of c, the ledger's total-th line its last, and
+// checks each one's savings: none before the clearing, C × read − M × (write − read) on the
+// call where it starts, C × read on the calls after it.
+func checkClearingConversation(t *testing.T, s *savingsStack, c *conversation, total int) {
+	t.Helper()
+	for range 6 {
+		c.call(t, s.addr)
+	}
+	lines := s.lines(t, total, "clears")
+	lines = lines[len(lines)-6:]
+	for i, l := range lines[:3] {
+		if l.Get("cleared_input_tokens").Int() != 0 || money(t, l, "savings_usd") != 0 || l.Get("cache_effect").Str != "none" {
+			t.Errorf("call %d, before any clearing: %s", i+1, l.Raw)
+		}
+	}
+	first, prev := lines[3], lines[2]
+	C := first.Get("cleared_input_tokens").Int()
+	R := first.Get("usage.cache_read_input_tokens").Int()
+	M := cached(prev) - R
+	if C <= 0 || M <= 0 || first.Get("usage.cache_creation_1h_input_tokens").Int() != 0 {
+		t.Fatalf("the clearing call cleared %d and missed %d: %s", C, M, first.Raw)
+	}
+	want := tokens.Money(C*sonnetRead - M*(sonnetWrite-sonnetRead))
+	if got := money(t, first, "savings_usd"); got != want || want >= 0 {
+		t.Errorf("the clearing call saved %s, want C×read − M×(write−read) = %d×0.30 − %d×3.45 per million = %s (negative)", got, C, M, want)
+	}
+	if first.Get("cache_missed_input_tokens").Int() != M || first.Get("cache_miss_cause").Str != "edits" ||
+		first.Get("cache_effect").Str != "measured" || money(t, first, "savings_gross_usd") != tokens.Money(C*sonnetRead) ||
+		money(t, first, "cache_penalty_usd") != tokens.Money(M*(sonnetWrite-sonnetRead)) {
+		t.Errorf("the clearing call's parts: %s", first.Raw)
+	}
+	for i, l := range lines[4:] {
+		c := l.Get("cleared_input_tokens").Int()
+		if c != C || l.Get("cache_missed_input_tokens").Int() != 0 || l.Get("cache_effect").Str != "measured" ||
+			money(t, l, "savings_usd") != tokens.Money(c*sonnetRead) {
+			t.Errorf("call %d, the same content cleared and the cache hit again: want %d×0.30 saved: %s", i+5, C, l.Raw)
+		}
+	}
 }
 
 // reportTotals is tenant's totals in /admin/report.
