@@ -17,7 +17,7 @@ import (
 // the call becomes the conversation's previous one (attributeCache, in accounting.go where the
 // line is built). With accounting.cache_diagnostics the API's diagnosis is asked
 // (diagnostics.previous_message_id: added by the rewrite, askDiagnostics, and by the memory
-// loop, diagnosticsForRound), and the client still sees what it would have seen without it: its
+// loop, nextBody), and the client still sees what it would have seen without it: its
 // own diagnostics when it asked, else null in place (seePlain here, the stream's hooks in
 // stream.go).
 

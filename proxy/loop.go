@@ -1,10 +1,12 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -42,8 +44,10 @@ type memCall struct {
 // streamed path (serveStream) both drive it; advance is the loop's one
 // decision.
 type memoryLoop struct {
-	parts    [][]byte // the next upstream request body
-	body     []byte   // the same whole, in memory proxy mode
+	// parts is the next upstream request body: the client's request as the rewrite left it
+	// (pieces of its buffer and the policy's additions), sent without joining them, as most
+	// requests make no memory round; nextBody builds a whole one when a round does.
+	parts    [][]byte
 	round    int
 	clientID string // the reply id the client sees
 	// firstID: the client sees the first round's id (a spliced stream
@@ -54,15 +58,14 @@ type memoryLoop struct {
 	retry retryPolicy
 }
 
-// startLoop begins the loop at the client's request. In memory proxy mode
-// the loop builds its next requests from the whole body, the thread's owed
-// memory results placed in it (applyContinuation); when the store cannot
-// give them, startLoop answers the client and returns false. A streamed
-// reply shows the first round's id (its first message_start), a whole one
-// the last reply's.
+// startLoop begins the loop at the client's request. In memory proxy mode a
+// continued thread's request gets the thread's owed memory results placed in it
+// (applyContinuation); when the store cannot give them, startLoop answers the
+// client and returns false. A streamed reply shows the first round's id (its
+// first message_start), a whole one the last reply's.
 func (x *exchange) startLoop() bool {
 	x.loop = memoryLoop{parts: x.req.parts, firstID: x.req.info.Stream, retry: x.who.retry}
-	if !x.who.memory {
+	if !x.who.memory || !x.req.info.ThreadContinue {
 		return true
 	}
 	body, err := x.applyContinuation(x.r.Context(), joinParts(x.req.parts))
@@ -70,7 +73,7 @@ func (x *exchange) startLoop() bool {
 		x.fail(http.StatusServiceUnavailable, "api_error", "memory store unavailable: "+err.Error())
 		return false
 	}
-	x.loop.body, x.loop.parts = body, [][]byte{body}
+	x.loop.parts = [][]byte{body}
 	return true
 }
 
@@ -128,25 +131,37 @@ func (x *exchange) advance(ctx context.Context, e roundEnd, assistant func() []b
 	if !x.req.info.Threaded {
 		asst = assistant()
 	}
-	body, err := nextBody(l.body, e.id, asst, results)
+	body, err := nextBody(l.parts, e.id, asst, results, x.conv.asked)
 	if err != nil {
 		return false, "", fmt.Errorf("continue memory loop: %w", err)
 	}
-	body = x.diagnosticsForRound(body, e.id)
-	l.body, l.parts = body, [][]byte{body}
+	l.parts = [][]byte{body}
 	l.round++
 	return true, "", nil
 }
 
-// nextBody is the request that continues the loop after reply replyID.
-// A full-history request gets the assistant turn and the results appended; a
-// thread is continued from replyID with only the results (the API reference's threads section).
-func nextBody(body []byte, replyID string, assistant, results []byte) ([]byte, error) {
-	// One pass finds thread and messages; a full-history body (the big one)
-	// is then built in one allocation, where two sjson appends would walk
-	// and copy it twice.
-	var msgs, thread gjson.Result
-	root := gjson.ParseBytes(body)
+// nextBody is the request that continues the loop after reply replyID, from
+// the parts of the one before it. A full-history request gets the assistant
+// turn and the results appended; a thread is continued from replyID with only
+// the results (the API reference's threads section). diagnose: the request
+// asks the cache diagnosis of the reply it continues from
+// (diagnostics.previous_message_id, see cacheconv.go).
+//
+// A full-history body (a long transcript, megabytes) is copied once: its parts
+// into a buffer with room for the new turns, read there without a copy, and the
+// turns spliced in by moving what follows the messages (a few bytes, usually).
+func nextBody(parts [][]byte, replyID string, assistant, results []byte, diagnose bool) ([]byte, error) {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	body := make([]byte, 0, n+len(assistant)+len(results)+len(replyID)+128)
+	for _, p := range parts {
+		body = append(body, p...)
+	}
+	// One pass finds thread, messages and diagnostics.
+	var msgs, thread, diag gjson.Result
+	root := gjson.Parse(bstr(body))        // a view: body is written only after its last read
 	root.Index = len(body) - len(root.Raw) // leading whitespace: keep child offsets absolute
 	root.ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
@@ -154,47 +169,92 @@ func nextBody(body []byte, replyID string, assistant, results []byte) ([]byte, e
 			msgs = v
 		case "thread":
 			thread = v
+		case "diagnostics":
+			diag = v
 		}
 		return true
 	})
 	if t := thread.Get("type").Str; t == "create" || t == "continue" {
-		b, err := sjson.SetRawBytes(body, "messages", append(append([]byte(`[{"role":"user","content":`), results...), "}]"...))
-		if err != nil {
-			return nil, err
-		}
-		t := append(append([]byte(`{"type":"continue","previous_message_id":`), jsonstr.Append(nil, replyID)...), '}')
-		if b, err = sjson.SetRawBytes(b, "thread", t); err != nil {
-			return nil, err
-		}
-		// The thread keeps its tool set; a tools array would replace it.
-		return sjson.DeleteBytes(b, "tools")
+		return nextThreadBody(body, replyID, results, diagnose)
 	}
 	if !msgs.IsArray() || msgs.Index <= 0 {
 		return nil, errors.New("request has no messages array")
 	}
 	end := msgs.Index + len(msgs.Raw) - 1 // the closing ']'
-	sep := ","
-	if strings.TrimSpace(msgs.Raw[1:len(msgs.Raw)-1]) == "" {
-		sep = ""
+	turns := make([]byte, 0, len(assistant)+len(results)+64)
+	if strings.TrimSpace(msgs.Raw[1:len(msgs.Raw)-1]) != "" {
+		turns = append(turns, ',')
 	}
-	out := make([]byte, 0, len(body)+len(assistant)+len(results)+64)
-	out = append(out, body[:end]...)
-	out = append(out, sep...)
-	out = append(out, `{"role":"assistant","content":`...)
-	out = append(out, assistant...)
-	out = append(out, `},{"role":"user","content":`...)
-	out = append(out, results...)
-	out = append(out, '}')
-	return append(out, body[end:]...), nil
+	turns = append(turns, `{"role":"assistant","content":`...)
+	turns = append(turns, assistant...)
+	turns = append(turns, `},{"role":"user","content":`...)
+	turns = append(turns, results...)
+	turns = append(turns, '}')
+	edits := []splice{{end, end, turns}}
+	rare := false // a diagnostics member that is not an object: sjson's rules, on the whole body
+	if diagnose { // as sjson.SetBytes(body, "diagnostics.previous_message_id", replyID) writes it
+		switch {
+		case !diag.Exists():
+			d := append([]byte(`,"diagnostics":{"previous_message_id":`), jsonstr.Append(nil, replyID)...)
+			last := bytes.LastIndexByte(body, '}') // the root's closing '}'
+			edits = append(edits, splice{last, last, append(d, '}')})
+		case diag.IsObject():
+			if d, err := sjson.SetBytes([]byte(diag.Raw), "previous_message_id", replyID); err == nil {
+				edits = append(edits, splice{diag.Index, diag.Index + len(diag.Raw), d})
+			}
+		default:
+			rare = true
+		}
+	}
+	body = applySplices(body, edits)
+	if rare {
+		if out, err := sjson.SetBytes(body, "diagnostics.previous_message_id", replyID); err == nil {
+			body = out
+		}
+	}
+	return body, nil
 }
 
-// diagnosticsForRound points the memory loop's next request at the reply it continues from.
-func (x *exchange) diagnosticsForRound(body []byte, replyID string) []byte {
-	if !x.conv.asked {
-		return body
+// nextThreadBody continues a thread: its messages are the results alone.
+func nextThreadBody(body []byte, replyID string, results []byte, diagnose bool) ([]byte, error) {
+	b, err := sjson.SetRawBytes(body, "messages", append(append([]byte(`[{"role":"user","content":`), results...), "}]"...))
+	if err != nil {
+		return nil, err
 	}
-	if out, err := sjson.SetBytes(body, "diagnostics.previous_message_id", replyID); err == nil {
-		return out
+	t := append(append([]byte(`{"type":"continue","previous_message_id":`), jsonstr.Append(nil, replyID)...), '}')
+	if b, err = sjson.SetRawBytes(b, "thread", t); err != nil {
+		return nil, err
 	}
-	return body
+	// The thread keeps its tool set; a tools array would replace it.
+	if b, err = sjson.DeleteBytes(b, "tools"); err != nil {
+		return nil, err
+	}
+	if diagnose {
+		if out, err := sjson.SetBytes(b, "diagnostics.previous_message_id", replyID); err == nil {
+			b = out
+		}
+	}
+	return b, nil
+}
+
+// splice replaces b[from:to] with with.
+type splice struct {
+	from, to int
+	with     []byte
+}
+
+// applySplices makes the edits, which do not overlap, in b, in place where its
+// capacity allows: the later first, so each moves only the bytes after it.
+func applySplices(b []byte, edits []splice) []byte {
+	slices.SortFunc(edits, func(x, y splice) int { return y.from - x.from })
+	for _, e := range edits {
+		old, grow := len(b), len(e.with)-(e.to-e.from)
+		if grow > 0 {
+			b = slices.Grow(b, grow)[:old+grow]
+		}
+		copy(b[e.to+grow:], b[e.to:old])
+		b = b[:old+grow]
+		copy(b[e.from:], e.with)
+	}
+	return b
 }

@@ -290,3 +290,50 @@ func TestConcurrentEditsOfOneFileAllLand(t *testing.T) {
 		}
 	}
 }
+
+// TestAMemoryRoundOnAPooledBodyContinuesTheClientsBytes: a body large enough for a pooled
+// buffer goes upstream as its rewritten parts, and the request after a memory round is built
+// from those parts while the buffer is still the request's: each upstream request holds the
+// one before it, the client's message intact, however the parts were joined.
+func TestAMemoryRoundOnAPooledBodyContinuesTheClientsBytes(t *testing.T) {
+	filler := strings.Repeat("transcript ", minPooledBody/10)
+	body := `{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[{"role":"user","content":"` + filler + `"}]}`
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			h := newHarness(t)
+			h.fake.SetResponder(memorySession())
+			b := body
+			if stream {
+				b = withStream(b)
+			}
+			resp := h.post("/v1/messages", keyAcme, b)
+			if got := readAll(t, resp.Body); resp.StatusCode != 200 {
+				t.Fatalf("status %d: %.300s", resp.StatusCode, got)
+			}
+			var prev []gjson.Result
+			n := 0
+			for _, r := range h.fake.Requests() {
+				if r.Path != "/v1/messages" {
+					continue
+				}
+				n++
+				msgs := gjson.GetBytes(r.Body, "messages").Array()
+				if len(msgs) != len(prev)+2 && prev != nil || len(msgs) == 0 {
+					t.Fatalf("request %d has %d messages after %d", n, len(msgs), len(prev))
+				}
+				if msgs[0].Get("content").Str != filler {
+					t.Fatalf("request %d: the client's message is not as sent: %.80q", n, msgs[0].Get("content").Str)
+				}
+				for i, m := range prev {
+					if msgs[i].Raw != m.Raw {
+						t.Fatalf("request %d: message %d is not the previous request's", n, i)
+					}
+				}
+				prev = msgs
+			}
+			if n != 5 {
+				t.Fatalf("%d upstream requests, want 5", n)
+			}
+		})
+	}
+}
