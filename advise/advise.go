@@ -249,9 +249,9 @@ func verdict(rows []Row, real map[string]*tokens.Call, byCand map[string]map[str
 	v.DifferencePer1000 = tokens.Money(math.Round(mean * 1000))
 	v.Low95, v.High95 = tokens.Money(math.Round((mean-half)*1000)), tokens.Money(math.Round((mean+half)*1000))
 	v.Sure = mean-half > 0
-	how := "not clearly: the 95% interval includes no difference"
+	how := "not sure: the interval includes zero"
 	if v.Sure {
-		how = "the 95% interval excludes no difference"
+		how = "sure at 95%: the interval excludes zero"
 	}
 	v.Text = cheapest.Policy + " is cheapest: $" + v.DifferencePer1000.Fixed(4) + " per 1,000 calls less than " + against.Policy +
 		" (estimate; 95% interval $" + v.Low95.Fixed(4) + " to $" + v.High95.Fixed(4) + "; " + how + ")"

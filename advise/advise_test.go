@@ -89,11 +89,11 @@ func TestGapsAndTheTTLArithmetic(t *testing.T) {
 	}
 	calls := []tokens.Call{
 		call(0, "a", 0, 10_000),
-		call(time.Minute, "a", 10_000, 1_000),            // 1m: read
-		call(11*time.Minute, "a", 0, 12_000),             // 10m gap: 11,000 cached before, re-written: E += 11,000
-		call(3*time.Hour, "a", 0, 12_000),                // over an hour: expired either way
-		call(0, "b", 0, 5_000),                           // another conversation
-		call(2*time.Minute, "b", 5_000, 0),               // 2m
+		call(time.Minute, "a", 10_000, 1_000),               // 1m: read
+		call(11*time.Minute, "a", 0, 12_000),                // 10m gap: 11,000 cached before, re-written: E += 11,000
+		call(3*time.Hour, "a", 0, 12_000),                   // over an hour: expired either way
+		call(0, "b", 0, 5_000),                              // another conversation
+		call(2*time.Minute, "b", 5_000, 0),                  // 2m
 		{Time: t0, Tenant: "lab", Model: "claude-opus-4-8"}, // no conversation: not timed
 	}
 	a := Build("lab", calls, nil)

@@ -112,6 +112,8 @@ type conversation struct {
 	readBytes   int  // what the tool "read" answers; 4,000 bytes when 0
 	messages    []json.RawMessage
 	replies     []string // each reply as the client got it (a stream: its events)
+	sent        []string // each request's body as the client sent it
+	headers     []http.Header
 }
 
 func newConversation(key, tag string, stream bool) *conversation {
@@ -147,6 +149,8 @@ func (c *conversation) call(t *testing.T, addr string) {
 		t.Fatalf("call %d: %d %s", len(c.replies)+1, resp.StatusCode, got)
 	}
 	c.replies = append(c.replies, string(got))
+	c.sent = append(c.sent, body)
+	c.headers = append(c.headers, resp.Header)
 	content := gjson.GetBytes(got, "content").Raw
 	if c.stream {
 		content = streamedContent(t, got)
