@@ -30,6 +30,8 @@ type Tenant struct {
 	// Key is the tenant's own upstream key; "" for a pass-through tenant,
 	// read with the first credential the proxy forwards for it (Offer).
 	Key string
+	// Models are the models the tenant's policy names.
+	Models []string
 }
 
 // Options configure a Cache.
@@ -39,10 +41,14 @@ type Options struct {
 	// Tenants lists the tenants to read; called at every refresh, so a
 	// policy reload is followed.
 	Tenants func() []Tenant
-	Every   time.Duration    // 0: DefaultEvery
-	Ticks   <-chan time.Time // replaces the ticker of Every (tests)
-	Now     func() time.Time // nil: time.Now
-	Log     *zap.Logger
+	// OnRetiring is called after every refresh with every tenant's models
+	// that are deprecated or retired and that the tenant used in the last
+	// seven days or its policy names (Retiring).
+	OnRetiring func([]Retiring)
+	Every      time.Duration    // 0: DefaultEvery
+	Ticks      <-chan time.Time // replaces the ticker of Every (tests)
+	Now        func() time.Time // nil: time.Now
+	Log        *zap.Logger
 }
 
 // Cache holds each tenant's models as last read. Model and Offer are for the
@@ -63,9 +69,12 @@ type snapshot struct {
 	tenants map[string]*tenantModels
 }
 
+// tenantModels is one tenant's models; the table may be shared with other
+// tenants of the same credential, the usage is the tenant's.
 type tenantModels struct {
 	t    *table
-	read time.Time // when it was read
+	read time.Time      // when it was read
+	used []atomic.Int64 // per model of t.list: when a request last named it (unix seconds)
 }
 
 // New builds a Cache; nothing is read until Refresh or Run.
@@ -99,8 +108,8 @@ func (c *Cache) Model(tenant, model string) Model {
 		return Model{}
 	}
 	if tm := c.snap.Load().tenants[tenant]; tm != nil {
-		if m, ok := tm.t.lookup(model); ok {
-			return *m
+		if i, ok := tm.t.lookup(model); ok {
+			return tm.t.list[i]
 		}
 	}
 	return Model{}
@@ -183,14 +192,17 @@ func (c *Cache) refresh(ctx context.Context, all bool) error {
 	type job struct {
 		cred    credential
 		tenants []string
+		named   []string // the models the tenants' policies name
 		offered bool
 		models  []Model
+		aliases map[string]string // a named model the list lacks → the id it stands for
 		err     error
 	}
 	var jobs []*job
 	byCred := map[credential]*job{}
 	keep := map[string]bool{}
-	for _, t := range c.o.Tenants() {
+	tenantList := c.o.Tenants()
+	for _, t := range tenantList {
 		keep[t.Name] = true
 		if !all && old.tenants[t.Name] != nil {
 			continue
@@ -210,6 +222,7 @@ func (c *Cache) refresh(ctx context.Context, all bool) error {
 			jobs = append(jobs, j)
 		}
 		j.tenants = append(j.tenants, t.Name)
+		j.named = append(j.named, t.Models...)
 	}
 
 	sem := make(chan struct{}, parallelReads)
@@ -222,6 +235,9 @@ func (c *Cache) refresh(ctx context.Context, all bool) error {
 			rctx, cancel := context.WithTimeout(ctx, readTimeout)
 			defer cancel()
 			j.models, j.err = readModels(rctx, c.client, c.o.Upstream, j.cred)
+			if j.err == nil {
+				j.models, j.aliases = resolveNamed(rctx, c.client, c.o.Upstream, j.cred, j.models, j.named)
+			}
 		}()
 	}
 	wg.Wait()
@@ -235,9 +251,14 @@ func (c *Cache) refresh(ctx context.Context, all bool) error {
 	var errs []error
 	for _, j := range jobs {
 		if j.err == nil {
-			tm := &tenantModels{t: newTable(j.models), read: now}
+			t := newTable(j.models)
+			for alias, id := range j.aliases {
+				if i, ok := t.byName[id]; ok {
+					t.byName[alias] = i
+				}
+			}
 			for _, name := range j.tenants {
-				next.tenants[name] = tm
+				next.tenants[name] = withUsage(t, now, old.tenants[name])
 			}
 			continue
 		}
@@ -259,5 +280,8 @@ func (c *Cache) refresh(ctx context.Context, all bool) error {
 		}
 	}
 	c.snap.Store(next)
+	if c.o.OnRetiring != nil {
+		c.o.OnRetiring(c.retiring(next, tenantList, now))
+	}
 	return errors.Join(errs...)
 }

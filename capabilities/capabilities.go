@@ -69,21 +69,19 @@ func (m *Model) Retiring() bool { return m.Lifecycle == Deprecated || m.Lifecycl
 // dated snapshot belongs to (a request may name claude-opus-4-5 where the
 // list says claude-opus-4-5-20251101). Immutable once built.
 type table struct {
-	byName map[string]*Model
-	list   []Model // as listed, newest first
+	byName map[string]int // index in list
+	list   []Model        // as listed, newest first
 }
 
 func newTable(models []Model) *table {
-	t := &table{byName: make(map[string]*Model, 2*len(models)), list: models}
-	for i := range models {
-		m := &t.list[i]
-		t.byName[m.ID] = m
+	t := &table{byName: make(map[string]int, 2*len(models)), list: models}
+	for i, m := range models {
+		t.byName[m.ID] = i
 	}
-	for i := range models { // an exact id wins over a snapshot's base
-		m := &t.list[i]
+	for i, m := range models { // an exact id wins over a snapshot's base
 		if b := modelid.Base(m.ID); b != m.ID {
 			if _, taken := t.byName[b]; !taken {
-				t.byName[b] = m
+				t.byName[b] = i
 			}
 		}
 	}
@@ -91,17 +89,17 @@ func newTable(models []Model) *table {
 }
 
 // lookup finds model as listed, else as a dated snapshot of a listed model
-// (claude-opus-4-5-20251101 for claude-opus-4-5@20251101).
-func (t *table) lookup(model string) (*Model, bool) {
+// (claude-opus-4-5-20251101 for claude-opus-4-5@20251101): its index in list.
+func (t *table) lookup(model string) (int, bool) {
 	if t == nil || model == "" {
-		return nil, false
+		return 0, false
 	}
-	if m, ok := t.byName[model]; ok {
-		return m, true
+	if i, ok := t.byName[model]; ok {
+		return i, true
 	}
 	if b := modelid.Base(model); b != model {
-		m, ok := t.byName[b]
-		return m, ok
+		i, ok := t.byName[b]
+		return i, ok
 	}
-	return nil, false
+	return 0, false
 }

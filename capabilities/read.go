@@ -169,3 +169,37 @@ func supported(v gjson.Result) Support {
 	}
 	return Unknown
 }
+
+// resolveNamed asks GET /v1/models/{name} for each named model the list does
+// not find (an alias such as claude-sonnet-4-0 for claude-sonnet-4-20250514):
+// aliases maps it to the id answered, which is added to models when the list
+// lacks it. A name the endpoint does not know stays unknown.
+func resolveNamed(ctx context.Context, client *http.Client, base *url.URL, cred credential, models []Model, named []string) ([]Model, map[string]string) {
+	t := newTable(models)
+	var aliases map[string]string
+	for _, name := range named {
+		if _, ok := t.lookup(name); ok || name == "" || strings.ContainsAny(name, "/?#%") {
+			continue
+		}
+		if _, done := aliases[name]; done {
+			continue
+		}
+		b, err := get(ctx, client, base, "/v1/models/"+name, nil, cred)
+		if err != nil || !gjson.ValidBytes(b) {
+			continue
+		}
+		m, ok := parseModel(gjson.ParseBytes(b))
+		if !ok {
+			continue
+		}
+		if aliases == nil {
+			aliases = map[string]string{}
+		}
+		aliases[name] = m.ID
+		if _, listed := t.byName[m.ID]; !listed {
+			models = append(models, m)
+			t = newTable(models)
+		}
+	}
+	return models, aliases
+}

@@ -23,6 +23,7 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	"github.com/ctxproxy/ctxproxy/capabilities"
 	"html/template"
 	"io/fs"
 	"net/http"
@@ -56,9 +57,14 @@ type Config struct {
 	Keys     *keys.Keyring       // ctxproxy keys, by id
 	Ready    func(context.Context) []Check
 	Metrics  prometheus.Gatherer // recent errors by status
-	Audit    *memapi.Audit       // the operator audit log; every memory page and action is recorded
-	Log      *zap.Logger
-	Now      func() time.Time // default time.Now
+	// Models says which models a tenant uses that the API lists as
+	// deprecated or retired (package capabilities); nil: none shown.
+	Models interface {
+		Retiring(tenant string) []capabilities.Retiring
+	}
+	Audit *memapi.Audit // the operator audit log; every memory page and action is recorded
+	Log   *zap.Logger
+	Now   func() time.Time // default time.Now
 	// Sessions keeps sign-ins; default: this process's memory (one replica).
 	Sessions Sessions
 	// TrustedProxies are the front proxies whose X-Forwarded-Proto says

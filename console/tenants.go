@@ -1,6 +1,7 @@
 package console
 
 import (
+	"github.com/ctxproxy/ctxproxy/capabilities"
 	"net/http"
 	"path/filepath"
 	"sort"
@@ -30,6 +31,9 @@ type tenantView struct {
 	SpendErr   string
 	Cost       float64
 	Savings    float64
+	// Retiring are the models the tenant uses (or its policy names) that
+	// the API lists as deprecated or retired.
+	Retiring []capabilities.Retiring
 }
 
 type keyView struct {
@@ -100,6 +104,9 @@ func (c *Console) tenants(w http.ResponseWriter, r *http.Request) {
 			v.Cost, v.Savings = t.CostUSD.USD(), t.SavingsUSD.USD()
 		}
 		v.Spend, v.SpendErr = c.spend(r, p)
+		if c.cfg.Models != nil {
+			v.Retiring = c.cfg.Models.Retiring(p.Tenant)
+		}
 		d.Tenants = append(d.Tenants, v)
 	}
 	for _, v := range d.Tenants {
@@ -119,6 +126,9 @@ func (c *Console) tenantPage(w http.ResponseWriter, r *http.Request) {
 	p := c.cfg.Policies.Current().Tenant(r.PathValue("tenant"))
 	v := c.view(p)
 	v.Spend, v.SpendErr = c.spend(r, p)
+	if c.cfg.Models != nil {
+		v.Retiring = c.cfg.Models.Retiring(p.Tenant)
+	}
 	if c.cfg.Keys != nil {
 		ks, err := c.cfg.Keys.List(r.Context(), p.Tenant)
 		if err == nil {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"github.com/ctxproxy/ctxproxy/capabilities"
 	"net/http"
 	"time"
 
@@ -30,6 +31,7 @@ type consoleParts struct {
 	caps     tokens.CapsFunc
 	limits   any // the limits store; checked when it can Ping
 	sessions console.Sessions
+	models   *capabilities.Cache
 }
 
 // consoleHandler is the operator console at /admin/ui/, under the same
@@ -45,6 +47,7 @@ func consoleHandler(cfg *Settings, p consoleParts, log *zap.Logger) http.Handler
 		Ready:    readyChecks(p),
 		Spend:    p.caps,
 		Sessions: p.sessions,
+		Models:   p.models,
 		// Whether a sign-in came over TLS, for the session cookie's Secure.
 		TrustedProxies: cfg.TrustedProxies,
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/ctxproxy/ctxproxy/capabilities"
@@ -16,14 +18,66 @@ import (
 // proxy serves, the tenants not read yet on the built-in lists.
 const startReadTimeout = 15 * time.Second
 
-// modelTenants is every tenant of set with its own upstream key, if any.
+// modelTenants is every tenant of set with its own upstream key, if any,
+// and the models its policy names.
 func modelTenants(set *policy.Set) []capabilities.Tenant {
 	var out []capabilities.Tenant
 	for _, p := range set.Tenants() {
 		key, _ := p.UpstreamKey()
-		out = append(out, capabilities.Tenant{Name: p.Tenant, Key: key})
+		t := capabilities.Tenant{Name: p.Tenant, Key: key}
+		if c := p.ContextManagement.Compact; c != nil && c.ModelsListed {
+			t.Models = c.Models
+		}
+		out = append(out, t)
 	}
 	return out
+}
+
+// retiringWatch reports the models the tenants use that are deprecated or
+// retired (capabilities.Retiring, after every read): a log line when one
+// starts to hold, and ctxproxy_model_retiring{tenant,model,retires_at} 1
+// while it holds.
+type retiringWatch struct {
+	gauge  *prometheus.GaugeVec
+	tenant func(string) string // the metrics' tenant label
+	log    *zap.Logger
+	mu     sync.Mutex
+	held   map[[3]string]bool
+}
+
+func newRetiringWatch(reg prometheus.Registerer, tenant func(string) string, log *zap.Logger) *retiringWatch {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "ctxproxy_model_retiring",
+		Help: "1 while a model that a tenant used in the last 7 days, or that its policy names, is deprecated or retired (retires_at empty when the API gives no date).",
+	}, []string{"tenant", "model", "retires_at"})
+	reg.MustRegister(g)
+	return &retiringWatch{gauge: g, tenant: tenant, log: log, held: map[[3]string]bool{}}
+}
+
+func (w *retiringWatch) update(rs []capabilities.Retiring) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	next := make(map[[3]string]bool, len(rs))
+	for _, r := range rs {
+		k := [3]string{w.tenant(r.Tenant), r.Model, r.RetiresAt}
+		next[k] = true
+		if w.held[k] {
+			continue
+		}
+		w.gauge.WithLabelValues(k[:]...).Set(1)
+		fields := []zap.Field{zap.String("tenant", r.Tenant), zap.String("model", r.Model),
+			zap.String("lifecycle", r.Lifecycle), zap.String("retires_at", r.RetiresAt), zap.Bool("named_by_policy", r.Named)}
+		if !r.LastUsed.IsZero() {
+			fields = append(fields, zap.Time("last_used", r.LastUsed))
+		}
+		w.log.Warn("model retiring: a tenant uses a model the API lists as deprecated or retired; move it to another model", fields...)
+	}
+	for k := range w.held {
+		if !next[k] {
+			w.gauge.DeleteLabelValues(k[:]...)
+		}
+	}
+	w.held = next
 }
 
 // startModels reads the tenants' models once before the proxy serves, then

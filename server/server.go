@@ -105,14 +105,15 @@ func Open(ctx context.Context, cfg Settings) (_ *Server, err error) {
 	// The policies decide their edits from what the API says of each
 	// tenant's models, read with the tenants' credentials (models.go).
 	var pols *policy.Store
+	var retiring *retiringWatch
 	models := capabilities.New(capabilities.Options{Upstream: up, Log: log,
-		Tenants: func() []capabilities.Tenant { return modelTenants(pols.Current()) }})
+		Tenants:    func() []capabilities.Tenant { return modelTenants(pols.Current()) },
+		OnRetiring: func(rs []capabilities.Retiring) { retiring.update(rs) }})
 	pols, err = policy.NewStore(cfg.Policies, log, policy.WithModels(models))
 	if err != nil {
 		return nil, fmt.Errorf("load policies: %w", err)
 	}
 	s.Policies, s.Models = pols, models
-	onClose(startModels(ctx, models, lifecycle))
 	mem, closeMem, err := OpenMemoryStore(ctx, cfg.MemoryStore, cfg.MemoryDir, log)
 	if err != nil {
 		return nil, err
@@ -131,6 +132,8 @@ func Open(ctx context.Context, cfg Settings) (_ *Server, err error) {
 	}
 	onClose(func() { ledger.Close() })
 	metrics := tokens.NewMetrics(tenantNames(pols.Current()), prices.Models())
+	retiring = newRetiringWatch(metrics.Registry(), metrics.TenantLabel, log)
+	onClose(startModels(ctx, models, lifecycle))
 	rec := tokens.NewRecorder(prices.Prices, metrics, ledger, log)
 	onClose(func() {
 		// Flush queued ledger records before the ledger closes.
@@ -193,7 +196,7 @@ func Open(ctx context.Context, cfg Settings) (_ *Server, err error) {
 		Metrics:             metrics,
 		Tracer:              tracer,
 		Admin:               adminHandler(&cfg, ledger, ring, pols, log, capsOf),
-		Console:             consoleHandler(&cfg, consoleParts{mem: mem, audit: audit, ledger: ledger, ring: ring, pols: pols, metrics: metrics, caps: capsOf, limits: lim.Store(), sessions: sessions}, log),
+		Console:             consoleHandler(&cfg, consoleParts{mem: mem, audit: audit, ledger: ledger, ring: ring, pols: pols, metrics: metrics, caps: capsOf, limits: lim.Store(), sessions: sessions, models: models}, log),
 		Keys:                ring,
 		Limits:              lim,
 		CacheTracker:        tracker,

@@ -1,0 +1,115 @@
+package capabilities
+
+import (
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// UsageWindow is how recently a tenant must have used a model for its
+// retirement to concern the tenant (unless its policy names the model).
+const UsageWindow = 7 * 24 * time.Hour
+
+// Retiring is a model of a tenant that is deprecated or retired, and that
+// the tenant's requests used in the last seven days or its policy names.
+type Retiring struct {
+	Tenant    string
+	Model     string // the id the models endpoint lists
+	Lifecycle string // deprecated or retired
+	RetiresAt string // RFC 3339, "" when the endpoint gives no date
+	LastUsed  time.Time
+	Named     bool // the tenant's policy names it
+}
+
+// Used records that a request of tenant named model at at. Only models the
+// tenant's last read lists are recorded (so what clients send cannot grow
+// it); it never blocks.
+func (c *Cache) Used(tenant, model string, at time.Time) {
+	if c == nil {
+		return
+	}
+	tm := c.snap.Load().tenants[tenant]
+	if tm == nil {
+		return
+	}
+	if i, ok := tm.t.lookup(model); ok {
+		if s := at.Unix(); tm.used[i].Load() < s {
+			tm.used[i].Store(s)
+		}
+	}
+}
+
+// withUsage is the tenant's models of table t read at now, with the usage
+// the tenant's previous models recorded.
+func withUsage(t *table, now time.Time, prev *tenantModels) *tenantModels {
+	tm := &tenantModels{t: t, read: now, used: make([]atomic.Int64, len(t.list))}
+	if prev != nil {
+		for i := range prev.t.list {
+			if s := prev.used[i].Load(); s != 0 {
+				if j, ok := t.byName[prev.t.list[i].ID]; ok {
+					tm.used[j].Store(s)
+				}
+			}
+		}
+	}
+	return tm
+}
+
+// Retiring is the tenant's retiring models as of its last read, most urgent
+// (earliest retires_at) first.
+func (c *Cache) Retiring(tenant string) []Retiring {
+	if c == nil {
+		return nil
+	}
+	var named []string
+	for _, t := range c.o.Tenants() {
+		if t.Name == tenant {
+			named = t.Models
+		}
+	}
+	return c.retiring(c.snap.Load(), []Tenant{{Name: tenant, Models: named}}, c.o.Now())
+}
+
+func (c *Cache) retiring(s *snapshot, tenants []Tenant, now time.Time) []Retiring {
+	var out []Retiring
+	since := now.Add(-UsageWindow).Unix()
+	for _, t := range tenants {
+		tm := s.tenants[t.Name]
+		if tm == nil {
+			continue
+		}
+		start := len(out)
+		for i := range tm.t.list {
+			m := &tm.t.list[i]
+			if !m.Retiring() {
+				continue
+			}
+			used := tm.used[i].Load()
+			named := slices.ContainsFunc(t.Models, func(n string) bool {
+				j, ok := tm.t.lookup(n)
+				return ok && j == i
+			})
+			if used < since && !named {
+				continue
+			}
+			r := Retiring{Tenant: t.Name, Model: m.ID, Lifecycle: m.Lifecycle, RetiresAt: m.RetiresAt, Named: named}
+			if used != 0 {
+				r.LastUsed = time.Unix(used, 0).UTC()
+			}
+			out = append(out, r)
+		}
+		slices.SortStableFunc(out[start:], func(a, b Retiring) int {
+			switch {
+			case a.RetiresAt == b.RetiresAt:
+				return 0
+			case a.RetiresAt == "":
+				return 1
+			case b.RetiresAt == "":
+				return -1
+			}
+			return strings.Compare(a.RetiresAt, b.RetiresAt)
+		})
+	}
+	return out
+}
