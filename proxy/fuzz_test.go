@@ -59,7 +59,7 @@ func fuzzServer(f *testing.F, up http.RoundTripper) *Server {
 	}
 	f.Cleanup(func() { mem.Close() })
 	u, _ := url.Parse("http://upstream.invalid")
-	srv, err := New(Config{Upstream: u, Policies: pols, Memory: mem, Transport: up})
+	srv, err := New(withLimits(Config{Upstream: u, Policies: pols, Memory: mem, Transport: up}))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -134,7 +135,7 @@ func newHarnessWith(t *testing.T, upstream http.Handler, policies map[string]str
 	t.Cleanup(func() { fs.Close() })
 	h.mem = fs
 	u, _ := url.Parse(h.upstream.URL)
-	cfg := Config{Upstream: u, Policies: h.pols, Memory: fs, Log: log}
+	cfg := withLimits(Config{Upstream: u, Policies: h.pols, Memory: fs, Log: log})
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -218,4 +219,11 @@ func mustPath(t *testing.T, p string) memoryhook.Path {
 		t.Fatal(err)
 	}
 	return mp
+}
+
+// withLimits is c with the body limit and timeouts a test's proxy runs with, serve's defaults
+// (server.DefaultSettings, which builds the binary's proxy; proxy.Config has none of its own).
+func withLimits(c Config) Config {
+	c.MaxBody, c.UpstreamTimeout, c.StreamIdleTimeout = 32<<20, 10*time.Minute, 5*time.Minute
+	return c
 }

@@ -225,7 +225,7 @@ func newTrimTestServer(t *testing.T, upstream string) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Upstream: u, Policies: pols})
+	srv, err := New(withLimits(Config{Upstream: u, Policies: pols}))
 	if err != nil {
 		t.Fatal(err)
 	}

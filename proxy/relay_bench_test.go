@@ -158,7 +158,7 @@ func newBenchServerTraced(b *testing.B, tr *tracing.Tracer) *Server {
 		memStream: benchMemoryCallStream(),
 	}
 	u, _ := url.Parse("http://upstream.invalid")
-	s, err := New(Config{Upstream: u, Policies: benchPolicyStore(b), Memory: mem, Transport: up, Tracer: tr})
+	s, err := New(withLimits(Config{Upstream: u, Policies: benchPolicyStore(b), Memory: mem, Transport: up, Tracer: tr}))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -39,7 +39,9 @@ import (
 	"github.com/ctxproxy/ctxproxy/tracing"
 )
 
-// Config is what a Server needs. Zero durations take the defaults below.
+// Config is what a Server needs. MaxBody, UpstreamTimeout and
+// StreamIdleTimeout are required: serve's defaults are written once, in
+// server.DefaultSettings, which fills them.
 type Config struct {
 	Upstream  *url.URL
 	Policies  *policy.Store
@@ -66,10 +68,10 @@ type Config struct {
 	// none measured.
 	Lab                *shadow.Lab
 	Log                *zap.Logger
-	MaxBody            int64         // request body limit; default 32 MiB
+	MaxBody            int64         // request body limit
 	RequireKnownTenant bool          // answer 401 to clients that match no tenant
-	UpstreamTimeout    time.Duration // time to the upstream's response headers; default 10 min
-	StreamIdleTimeout  time.Duration // longest silence between stream bytes; default 5 min
+	UpstreamTimeout    time.Duration // time to the upstream's response headers
+	StreamIdleTimeout  time.Duration // longest silence between stream bytes
 	Transport          http.RoundTripper
 	// ForwardWhileReading sends a large request body upstream while it arrives
 	// (lead.go); off, every body is read whole first. Off by default: in the
@@ -94,12 +96,7 @@ type Server struct {
 	seeded    sync.Map
 }
 
-const (
-	defaultMaxBody           = 32 << 20
-	defaultUpstreamTimeout   = 10 * time.Minute
-	defaultStreamIdleTimeout = 5 * time.Minute
-	maxReplyBytes            = 256 << 20 // bound on a non-streamed upstream reply
-)
+const maxReplyBytes = 256 << 20 // bound on a non-streamed upstream reply
 
 // New builds a Server from cfg.
 func New(cfg Config) (*Server, error) {
@@ -112,19 +109,13 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
-	if cfg.MaxBody <= 0 {
-		cfg.MaxBody = defaultMaxBody
+	if cfg.MaxBody <= 0 || cfg.UpstreamTimeout <= 0 || cfg.StreamIdleTimeout <= 0 {
+		return nil, errors.New("proxy: MaxBody, UpstreamTimeout and StreamIdleTimeout are required (server.DefaultSettings has serve's)")
 	}
 	if cfg.NoCacheTracking {
 		cfg.CacheTracker = nil
 	} else if cfg.CacheTracker == nil {
 		cfg.CacheTracker = cachetrack.New(nil, 0)
-	}
-	if cfg.UpstreamTimeout <= 0 {
-		cfg.UpstreamTimeout = defaultUpstreamTimeout
-	}
-	if cfg.StreamIdleTimeout <= 0 {
-		cfg.StreamIdleTimeout = defaultStreamIdleTimeout
 	}
 	rt := cfg.Transport
 	if rt == nil {

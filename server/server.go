@@ -87,6 +87,7 @@ func Open(ctx context.Context, cfg Settings) (_ *Server, err error) {
 	if cfg.Getenv == nil {
 		cfg.Getenv = os.Getenv
 	}
+	cfg = cfg.withDefaults()
 	log, lifecycle := cfg.Log, cfg.Lifecycle
 	s := &Server{}
 	defer func() {

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/server"
 )
 
 // config is the command line; every flag has an environment twin.
@@ -39,31 +41,35 @@ type config struct {
 	DebugNoCacheTracking bool
 }
 
-// flagSpec ties a flag to its env twin and default. serveFlags is the one
-// table of the serve defaults: --help prints it, the subcommands that share a
-// flag with serve define it from it, and the tests hold docker-compose.yml,
-// the Dockerfile and (through compose) the Helm chart to it.
+// flagSpec ties a flag to its env twin and default. serveFlags is the table
+// of the serve flags, their defaults server.DefaultSettings' (written once,
+// there, and also what the proxy runs with when a setting is zero): --help
+// prints it, the subcommands that share a flag with serve define it from it,
+// and the tests hold docker-compose.yml, the Dockerfile and (through compose)
+// the Helm chart to it.
 type flagSpec struct {
 	name, env, def, usage string
 }
 
+var defaults = server.DefaultSettings
+
 var serveFlags = []flagSpec{
-	{"listen", "CTXPROXY_LISTEN", "127.0.0.1:8080", "address to listen on"},
-	{"upstream", "CTXPROXY_UPSTREAM", "https://api.anthropic.com", "upstream Messages API base URL"},
-	{"policies", "CTXPROXY_POLICIES", "./policies", "folder of tenant policy files"},
-	{"memory-dir", "CTXPROXY_MEMORY_DIR", "./data/memories", "folder of the file memory store"},
-	{"memory-store", "CTXPROXY_MEMORY_STORE", "file", "memory store: file, or a postgres:// URL"},
-	{"max-body", "CTXPROXY_MAX_BODY", "32MiB", "largest request body"},
-	{"log-level", "CTXPROXY_LOG_LEVEL", "info", "debug, info, warn or error"},
+	{"listen", "CTXPROXY_LISTEN", server.DefaultListen, "address to listen on"},
+	{"upstream", "CTXPROXY_UPSTREAM", defaults.Upstream, "upstream Messages API base URL"},
+	{"policies", "CTXPROXY_POLICIES", defaults.Policies, "folder of tenant policy files"},
+	{"memory-dir", "CTXPROXY_MEMORY_DIR", defaults.MemoryDir, "folder of the file memory store"},
+	{"memory-store", "CTXPROXY_MEMORY_STORE", defaults.MemoryStore, "memory store: file, or a postgres:// URL"},
+	{"max-body", "CTXPROXY_MAX_BODY", sizeFlag(defaults.MaxBody), "largest request body"},
+	{"log-level", "CTXPROXY_LOG_LEVEL", server.DefaultLogLevel, "debug, info, warn or error"},
 	{"require-known-tenant", "CTXPROXY_REQUIRE_KNOWN_TENANT", "false", "answer 401 to clients that match no tenant"},
 	{"forward-while-reading", "CTXPROXY_FORWARD_WHILE_READING", "false", "send a Messages or count_tokens body of 256 KiB or more upstream while it arrives (default: read each body whole first)"},
-	{"ledger", "CTXPROXY_LEDGER", "file:./data/ledger.jsonl", "usage ledger: file:PATH or a postgres:// URL"},
+	{"ledger", "CTXPROXY_LEDGER", defaults.Ledger, "usage ledger: file:PATH or a postgres:// URL"},
 	{"prices", "CTXPROXY_PRICES", "", "prices file laid over the built-in price table (default: prices.yaml in the policies folder, if any)"},
 	{"admin-token", "CTXPROXY_ADMIN_TOKEN", "", "token for /admin endpoints; unset disables them. Set it in the environment: a flag's value is readable by every local user (ps, /proc/PID/cmdline)"},
 	{"memory-audit", "CTXPROXY_MEMORY_AUDIT", "", "audit log of the memory operator API and the console; unset: memory-audit.jsonl in the data folder (the parent of --memory-dir)"},
-	{"upstream-timeout", "CTXPROXY_UPSTREAM_TIMEOUT", "10m", "longest wait for the upstream's first byte"},
-	{"stream-idle-timeout", "CTXPROXY_STREAM_IDLE_TIMEOUT", "5m", "longest silence between stream events"},
-	{"shutdown-grace", "CTXPROXY_SHUTDOWN_GRACE", "30s", "how long open requests may finish on SIGTERM"},
+	{"upstream-timeout", "CTXPROXY_UPSTREAM_TIMEOUT", durationFlag(defaults.UpstreamTimeout), "longest wait for the upstream's first byte"},
+	{"stream-idle-timeout", "CTXPROXY_STREAM_IDLE_TIMEOUT", durationFlag(defaults.StreamIdleTimeout), "longest silence between stream events"},
+	{"shutdown-grace", "CTXPROXY_SHUTDOWN_GRACE", durationFlag(server.DefaultShutdownGrace), "how long open requests may finish on SIGTERM"},
 	{"limits-store", "CTXPROXY_LIMITS_STORE", "", "spend counters: memory, or a postgres:// URL (default: --ledger when it is postgres://, else memory)"},
 	{"ratelimit-store", "CTXPROXY_RATELIMIT_STORE", "", "per-minute limits: memory, redis://, or postgres:// (default: the limits store)"},
 	{"debug-addr", "CTXPROXY_DEBUG_ADDR", "", "address of a separate pprof and /debug/stats listener; keep it on 127.0.0.1; unset: off"},
@@ -338,4 +344,30 @@ func envOr(getenv func(string) string, k, def string) string {
 		return v
 	}
 	return def
+}
+
+// sizeFlag is n as --max-body reads and --help shows it: in the largest
+// binary unit that divides it (32MiB).
+func sizeFlag(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n%u.mult == 0 {
+			return strconv.FormatInt(n/u.mult, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// durationFlag is d as --help shows it: 10m, not 10m0s.
+func durationFlag(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

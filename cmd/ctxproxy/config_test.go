@@ -3,6 +3,8 @@ package main
 import (
 	"testing"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/server"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -17,6 +19,18 @@ func TestParseConfig(t *testing.T) {
 			if c.Listen != "127.0.0.1:8080" || c.Upstream != "https://api.anthropic.com" || c.Policies != "./policies" ||
 				c.MemoryDir != "./data/memories" || c.MaxBody != 32<<20 || c.LogLevel != "info" || c.RequireKnownTenant {
 				t.Fatalf("defaults wrong: %+v", c)
+			}
+		}},
+		{"takes every default from server.DefaultSettings, the one place they are written", nil, nil, func(t *testing.T, c *config) {
+			d := server.DefaultSettings
+			got := c.settings(nil, nil)
+			if got.Upstream != d.Upstream || got.Policies != d.Policies || got.MemoryDir != d.MemoryDir ||
+				got.MemoryStore != d.MemoryStore || got.MaxBody != d.MaxBody || got.Ledger != d.Ledger ||
+				got.UpstreamTimeout != d.UpstreamTimeout || got.StreamIdleTimeout != d.StreamIdleTimeout {
+				t.Fatalf("settings from the flags' defaults = %+v, want server.DefaultSettings %+v", got, d)
+			}
+			if c.Listen != server.DefaultListen || c.LogLevel != server.DefaultLogLevel || c.ShutdownGrace != server.DefaultShutdownGrace {
+				t.Fatalf("listen %q, log level %q, shutdown grace %s: not the server package's defaults", c.Listen, c.LogLevel, c.ShutdownGrace)
 			}
 		}},
 		{"reads each flag's environment twin", nil, map[string]string{"CTXPROXY_LISTEN": "127.0.0.1:9", "CTXPROXY_MAX_BODY": "1MiB", "CTXPROXY_REQUIRE_KNOWN_TENANT": "true"}, func(t *testing.T, c *config) {

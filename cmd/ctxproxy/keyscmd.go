@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/admin"
+	"github.com/ctxproxy/ctxproxy/server"
 )
 
 const keysUsage = `Usage: ctxproxy keys create|ls|revoke|rotate --tenant T [flags] [ID]
@@ -89,8 +90,9 @@ func parseKeysFlags(verb string, args []string, stderr io.Writer, getenv func(st
 	c := &keysCmd{client: &http.Client{Timeout: 30 * time.Second}}
 	fs := flag.NewFlagSet("ctxproxy keys "+verb, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.base, "url", envOr(getenv, "CTXPROXY_URL", "http://127.0.0.1:8080"), "ctxproxy's base URL (env CTXPROXY_URL)")
-	fs.Lookup("url").DefValue = "http://127.0.0.1:8080" // -h never shows the environment's
+	local := "http://" + server.DefaultListen // serve's own default address
+	fs.StringVar(&c.base, "url", envOr(getenv, "CTXPROXY_URL", local), "ctxproxy's base URL (env CTXPROXY_URL)")
+	fs.Lookup("url").DefValue = local // -h never shows the environment's
 	fs.StringVar(&c.token, "admin-token", "", "the former name of --token")
 	tokenFlag(fs, getenv, &c.token)
 	fs.StringVar(&c.tenant, "tenant", "", "the tenant (required)")
