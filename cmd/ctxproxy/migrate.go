@@ -11,14 +11,15 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/internal/pgurl"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ctxproxy/ctxproxy/console/pgsessions"
 	"github.com/ctxproxy/ctxproxy/internal/pgmigrate"
+	"github.com/ctxproxy/ctxproxy/internal/pgurl"
 	"github.com/ctxproxy/ctxproxy/keys"
 	"github.com/ctxproxy/ctxproxy/limits"
 	"github.com/ctxproxy/ctxproxy/memoryhook/pgstore"
+	"github.com/ctxproxy/ctxproxy/server"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
@@ -59,10 +60,8 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 		}
 		return 2
 	}
-	// Unset, the limits store is the ledger's database (server.LimitsStoreURL): migrate it there too.
-	if *vals["limits-store"] == "" && pgurl.Is(*vals["ledger"]) {
-		*vals["limits-store"] = *vals["ledger"]
-	}
+	// The limits store the server would open (unset: the ledger's database when it is one).
+	*vals["limits-store"] = server.LimitsStoreURL(*vals["limits-store"], *vals["ledger"])
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "ctxproxy migrate: unexpected argument %q\n", fs.Arg(0))
 		return 2
@@ -86,7 +85,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 		}
 	}
 	if migrated == 0 {
-		fmt.Fprintln(stdout, "nothing to migrate: neither --memory-store nor --ledger is a postgres:// URL")
+		fmt.Fprintln(stdout, "nothing to migrate: none of --memory-store, --ledger and --limits-store is a postgres:// URL")
 	}
 	return 0
 }

@@ -57,6 +57,17 @@ func TestBinaryMigrate(t *testing.T) {
 			t.Errorf("the second run lost data: %d ledger rows", n)
 		}
 	})
+	t.Run("an unset --limits-store is migrated where the server keeps it: the ledger's database", func(t *testing.T) {
+		db := pgtest.New(t, "migrate_test")
+		code, out, errs := runBinary(t, []string{"CTXPROXY_LEDGER=" + db.URL}, "migrate")
+		if code != 0 || !strings.Contains(out, "--limits-store postgres@127.0.0.1:5432/test: schema ") {
+			t.Fatalf("exit %d\n%s%s", code, out, errs)
+		}
+		code, out, errs = runBinary(t, []string{"CTXPROXY_LEDGER=file:" + t.TempDir() + "/ledger.jsonl"}, "migrate")
+		if code != 0 || strings.Contains(out, "schema ") || !strings.Contains(out, "nothing to migrate") {
+			t.Fatalf("a file ledger keeps its limits in memory, nothing to migrate: exit %d\n%s%s", code, out, errs)
+		}
+	})
 	t.Run("a database newer than the binary fails with the cause", func(t *testing.T) {
 		db := pgtest.New(t, "migrate_test")
 		if code, out, errs := runBinary(t, nil, "migrate", "--ledger", db.URL); code != 0 {
