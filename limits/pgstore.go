@@ -197,6 +197,28 @@ func OpenPGStore(ctx context.Context, url string) (*PGStore, error) {
 	return &PGStore{pool: pool, timeout: 2 * time.Second}, nil
 }
 
+// ReadPGStore connects to the spend counters at url to read them (a report): it writes no
+// schema, and refuses a database without the limits' tables, or with them at another version.
+func ReadPGStore(ctx context.Context, url string) (*PGStore, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("open limits store: %w", err)
+	}
+	where := fmt.Sprintf("%s@%s/%s", cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Database)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open limits store: %w", err)
+	}
+	if err := pgmigrate.Check(ctx, pool, PGSchemas...); err != nil {
+		pool.Close()
+		if errors.Is(err, pgmigrate.ErrMissing) {
+			return nil, fmt.Errorf("no spend counters in postgres %s: their tables are not there (a serving ctxproxy or `ctxproxy migrate` creates them)", where)
+		}
+		return nil, fmt.Errorf("limits store %s: %w (run `ctxproxy migrate` with this build)", where, err)
+	}
+	return &PGStore{pool: pool, timeout: 2 * time.Second}, nil
+}
+
 func (s *PGStore) Name() string { return "postgres" }
 
 // Close closes the pool.

@@ -3,7 +3,10 @@ package tokens
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -180,6 +183,30 @@ func OpenLedger(ctx context.Context, spec string) (Ledger, error) {
 			return nil, err
 		}
 		return l, nil
+	default:
+		return nil, fmt.Errorf("open ledger %q: want file:PATH or postgres://…", spec)
+	}
+}
+
+// ReadLedger opens the ledger named by spec to read it, as OpenLedger but writing nothing: a
+// file ledger must exist, a PostgreSQL one must hold the ledger's tables at this build's
+// version (ReadPGLedger).
+func ReadLedger(ctx context.Context, spec string) (Ledger, error) {
+	switch {
+	case strings.HasPrefix(spec, "file:"):
+		path, _ := FileLedgerPath(spec)
+		if path == "" {
+			return nil, fmt.Errorf("open ledger %q: empty path", spec)
+		}
+		if _, err := os.Stat(path); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("no ledger at %s", path)
+			}
+			return nil, fmt.Errorf("open ledger: %w", err)
+		}
+		return OpenFileLedger(path)
+	case pgurl.Is(spec):
+		return ReadPGLedger(ctx, spec)
 	default:
 		return nil, fmt.Errorf("open ledger %q: want file:PATH or postgres://…", spec)
 	}

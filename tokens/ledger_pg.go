@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -213,6 +214,29 @@ func OpenPGLedger(ctx context.Context, url string) (*PGLedger, error) {
 	if _, err := pgmigrate.Apply(ctx, pool, PGSchemas...); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres ledger %s@%s/%s: %w", cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Database, err)
+	}
+	return &PGLedger{pool: pool}, nil
+}
+
+// ReadPGLedger connects to the ledger at url to read it (a report): it writes no schema, and
+// refuses a database that holds no ledger, or one at another version than this build reads,
+// saying so.
+func ReadPGLedger(ctx context.Context, url string) (*PGLedger, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres ledger: %w", err)
+	}
+	where := fmt.Sprintf("%s@%s/%s", cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Database)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres ledger: %w", err)
+	}
+	if err := pgmigrate.Check(ctx, pool, PGSchemas...); err != nil {
+		pool.Close()
+		if errors.Is(err, pgmigrate.ErrMissing) {
+			return nil, fmt.Errorf("no ledger in postgres %s: its tables are not there (a serving ctxproxy or `ctxproxy migrate` creates them; a report never does)", where)
+		}
+		return nil, fmt.Errorf("postgres ledger %s: %w (run `ctxproxy migrate` with this build)", where, err)
 	}
 	return &PGLedger{pool: pool}, nil
 }

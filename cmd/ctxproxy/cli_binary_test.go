@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ctxproxy/ctxproxy/internal/pgtest"
 )
 
 // runCLI runs the built ctxproxy with args and only the environment env
@@ -100,6 +102,16 @@ func TestBinaryReportRefuses(t *testing.T) {
 		}
 		if _, err := os.Stat(ledger); !os.IsNotExist(err) {
 			t.Errorf("the report created %s: %v", ledger, err)
+		}
+	})
+	t.Run("refuses a PostgreSQL database that holds no ledger, and writes no schema there", func(t *testing.T) {
+		db := pgtest.New(t, "report_no_ledger")
+		code, stdout, stderr := runCLI(t, nil, "report", "--ledger", db.URL)
+		if code != 1 || !strings.Contains(stderr, "no ledger in postgres postgres@127.0.0.1/test: its tables are not there") {
+			t.Errorf("exit %d: %s%s", code, stdout, stderr)
+		}
+		if n := db.QueryInt(t, `SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()`); n != 0 {
+			t.Errorf("the report created %d tables", n)
 		}
 	})
 	if err := os.WriteFile(ledger, nil, 0o644); err != nil {

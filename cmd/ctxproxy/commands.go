@@ -6,8 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 
 	"github.com/ctxproxy/ctxproxy/policy"
 	"github.com/ctxproxy/ctxproxy/server"
@@ -98,17 +96,11 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		fmt.Fprintln(stderr, "ctxproxy report: --group-by:", err)
 		return 2
 	}
-	// A report reads a ledger; it never starts one (OpenLedger creates a file
-	// ledger that is not there), so a mistyped --ledger is an error, not an empty report.
-	if path, ok := tokens.FileLedgerPath(*ledgerSpec); ok && path != "" {
-		if _, err := os.Stat(path); err != nil {
-			fmt.Fprintf(stderr, "ctxproxy report: no ledger at %s (--ledger, env CTXPROXY_LEDGER: the serving process's ledger): %v\n", path, unwrapPathErr(err))
-			return 1
-		}
-	}
-	ledger, err := tokens.OpenLedger(ctx, *ledgerSpec)
+	// A report reads a ledger; it never starts one, nor writes its schema (ReadLedger), so a
+	// mistyped --ledger is an error, not an empty report.
+	ledger, err := tokens.ReadLedger(ctx, *ledgerSpec)
 	if err != nil {
-		fmt.Fprintln(stderr, "ctxproxy report:", err)
+		fmt.Fprintf(stderr, "ctxproxy report: %v (--ledger, env CTXPROXY_LEDGER: the serving process's ledger)\n", err)
 		return 1
 	}
 	defer ledger.Close()
@@ -145,13 +137,4 @@ func periodNote(since, until string) string {
 		s += " until " + until
 	}
 	return s
-}
-
-// unwrapPathErr is a path error's cause alone (the path is said already).
-func unwrapPathErr(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
 }

@@ -45,7 +45,7 @@ func reportCaps(ctx context.Context, cfg *config, tenant string, stderr io.Write
 		fmt.Fprintln(stderr, "ctxproxy report: spend counters are in the serving process's memory (no PostgreSQL --limits-store or --ledger): see its /admin/report")
 		return nil, nil
 	}
-	st, err := limits.OpenPGStore(ctx, u)
+	st, err := limits.ReadPGStore(ctx, u) // a report writes no schema
 	if err != nil {
 		return nil, fmt.Errorf("--limits-store: %w", err)
 	}

@@ -121,3 +121,42 @@ func apply(ctx context.Context, db Beginner, s Schema) (from int, err error) {
 	}
 	return from, nil
 }
+
+// Querier runs a query: a *pgxpool.Pool or a *pgx.Conn.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// ErrMissing is what Check returns when a schema was never applied to the
+// database: its tables are not there.
+var ErrMissing = errors.New("not in this database")
+
+// Check says whether each schema is in db at this build's version, and
+// writes nothing: for a reader (a report) that must neither create a schema
+// nor read one its queries do not match. A schema never applied is
+// ErrMissing; one at another version names both.
+func Check(ctx context.Context, db Querier, schemas ...Schema) error {
+	for _, s := range schemas {
+		if !validName.MatchString(s.Name) {
+			return fmt.Errorf("schema %s: invalid name: want [a-z][a-z0-9_]*", s.Name)
+		}
+		var exists bool
+		if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.table()).Scan(&exists); err != nil {
+			return fmt.Errorf("schema %s: %w", s.Name, err)
+		}
+		if !exists {
+			return fmt.Errorf("schema %s: %w", s.Name, ErrMissing)
+		}
+		var v int
+		if err := db.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+s.table()).Scan(&v); err != nil {
+			return fmt.Errorf("schema %s: read version: %w", s.Name, err)
+		}
+		switch {
+		case v == 0:
+			return fmt.Errorf("schema %s: %w", s.Name, ErrMissing)
+		case v != s.Version():
+			return fmt.Errorf("schema %s is at version %d, and this build reads version %d", s.Name, v, s.Version())
+		}
+	}
+	return nil
+}

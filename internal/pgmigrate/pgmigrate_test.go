@@ -2,6 +2,7 @@ package pgmigrate_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -114,6 +115,42 @@ func TestApply(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), "invalid schema name") {
 				t.Errorf("name %q: err = %v", name, err)
 			}
+		}
+	})
+}
+
+func TestCheck(t *testing.T) {
+	ctx := context.Background()
+	s := pgmigrate.Schema{Name: "widgets", Versions: [][]string{v1, v2}}
+	t.Run("a schema never applied is missing, and checking creates nothing", func(t *testing.T) {
+		db := pgtest.New(t, "pgmigrate_test")
+		err := pgmigrate.Check(ctx, openPool(t, db.URL), s)
+		if !errors.Is(err, pgmigrate.ErrMissing) {
+			t.Fatalf("err = %v, want ErrMissing", err)
+		}
+		if n := db.QueryInt(t, `SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()`); n != 0 {
+			t.Errorf("Check created %d tables", n)
+		}
+	})
+	t.Run("a schema at this build's version passes", func(t *testing.T) {
+		db := pgtest.New(t, "pgmigrate_test")
+		pool := openPool(t, db.URL)
+		if _, err := pgmigrate.Apply(ctx, pool, s); err != nil {
+			t.Fatal(err)
+		}
+		if err := pgmigrate.Check(ctx, pool, s); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("a schema at another version names both", func(t *testing.T) {
+		db := pgtest.New(t, "pgmigrate_test")
+		pool := openPool(t, db.URL)
+		if _, err := pgmigrate.Apply(ctx, pool, pgmigrate.Schema{Name: "widgets", Versions: [][]string{v1}}); err != nil {
+			t.Fatal(err)
+		}
+		err := pgmigrate.Check(ctx, pool, s)
+		if err == nil || !strings.Contains(err.Error(), "schema widgets is at version 1, and this build reads version 2") {
+			t.Fatalf("err = %v", err)
 		}
 	})
 }
