@@ -75,22 +75,16 @@ func FromEnv(ctx context.Context, getenv Getenv, version string) (*Tracer, error
 		// resource.Default names an unnamed service "unknown_service:<binary>".
 		res, _ = resource.Merge(res, resource.NewSchemaless(attribute.String("service.name", "ctxproxy")))
 	}
-	return newTracer(exp, res), nil
+	return WithExporter(exp, sdktrace.WithResource(res)), nil
 }
 
-// WithExporter is a tracer that batches its spans to exp (benchmarks and
-// tests that measure the tracing itself, not an exporter).
-func WithExporter(exp sdktrace.SpanExporter) *Tracer {
-	return newTracer(exp, resource.Default())
-}
-
-func newTracer(exp sdktrace.SpanExporter, res *resource.Resource) *Tracer {
+// WithExporter is the tracer that batches its spans to exp: FromEnv's, with the OTLP exporter
+// the OTEL_* variables describe and the service's resource (opts), and a benchmark's or test's
+// with an exporter of its own. Without a resource in opts its spans carry the SDK's default.
+func WithExporter(exp sdktrace.SpanExporter, opts ...sdktrace.TracerProviderOption) *Tracer {
 	// The sampler comes from OTEL_TRACES_SAMPLER (the SDK reads it), default
 	// parentbased_always_on: an agent's own sampled trace continues here.
-	tp := sdktrace.NewTracerProvider(
-		sdktrace.WithBatcher(exp),
-		sdktrace.WithResource(res),
-	)
+	tp := sdktrace.NewTracerProvider(append([]sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp)}, opts...)...)
 	return &Tracer{
 		tp:   tp,
 		t:    tp.Tracer("github.com/ctxproxy/ctxproxy"),
