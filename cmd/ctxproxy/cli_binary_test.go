@@ -158,3 +158,63 @@ func TestBinaryMemoryRefusesToWriteAServedStore(t *testing.T) {
 		t.Errorf("purge with no proxy serving: exit %d: %s", code, stderr)
 	}
 }
+
+// TestBinaryUsageErrorsExit2 holds every subcommand to one rule: a usage error (a flag it
+// does not know, an argument missing or too many) exits 2 with a message that says what is
+// wrong, before any work; -h is no error.
+func TestBinaryUsageErrorsExit2(t *testing.T) {
+	noServe := []string{"CTXPROXY_LISTEN=256.0.0.1:1"} // a server that started could not listen
+	tests := []struct {
+		name string
+		args []string
+		want string // in stderr
+	}{
+		{"serve with an unknown flag", []string{"serve", "--bogus"}, "flag provided but not defined: -bogus"},
+		{"serving by default with an unknown flag", []string{"--bogus"}, "flag provided but not defined: -bogus"},
+		{"serve with a bad value", []string{"--max-body", "lots"}, "--max-body"},
+		{"migrate with an unknown flag", []string{"migrate", "--bogus"}, "flag provided but not defined: -bogus"},
+		{"migrate with an argument", []string{"migrate", "now"}, `unexpected argument "now"`},
+		{"validate with an unknown flag", []string{"validate", "--bogus"}, "flag provided but not defined: -bogus"},
+		{"validate with two folders", []string{"validate", "a", "b"}, "one folder at most"},
+		{"report with an unknown flag", []string{"report", "--bogus"}, "flag provided but not defined: -bogus"},
+		{"report with an argument", []string{"report", "ledger.jsonl"}, `unexpected argument "ledger.jsonl"`},
+		{"report with a bad --group-by", []string{"report", "--group-by", "colour"}, "--group-by"},
+		{"report with a bad --since", []string{"report", "--since", "yesterday"}, "yesterday"},
+		{"keys without a command", []string{"keys"}, "Usage: ctxproxy keys"},
+		{"keys with a flag for a command", []string{"keys", "--tenant", "acme"}, "name a command before the flags"},
+		{"keys with an unknown command", []string{"keys", "delete", "--tenant", "acme"}, `unknown command "delete"`},
+		{"keys with an unknown flag", []string{"keys", "ls", "--bogus"}, "flag provided but not defined: -bogus"},
+		{"keys ls without --tenant", []string{"keys", "ls"}, "--tenant is required"},
+		{"keys create without --name", []string{"keys", "create", "--tenant", "acme"}, "--name is required"},
+		{"keys revoke without the key's id", []string{"keys", "revoke", "--tenant", "acme"}, "give the key's id"},
+		{"memory without a command", []string{"memory"}, "Usage: ctxproxy memory"},
+		{"memory with an unknown command", []string{"memory", "rm", "--tenant", "acme"}, `unknown command "rm"`},
+		{"memory with an unknown flag", []string{"memory", "ls", "--bogus"}, "flag provided but not defined: -bogus"},
+		{"memory ls without --tenant", []string{"memory", "ls"}, "--tenant is required"},
+		{"memory ls with an argument", []string{"memory", "ls", "/notes", "--tenant", "acme"}, `unexpected argument "/notes"`},
+		{"memory cat without a memory", []string{"memory", "cat", "--tenant", "acme"}, "name a memory"},
+		{"memory diff without a version", []string{"memory", "diff", "--tenant", "acme"}, "name a version"},
+		{"memory restore without --version", []string{"memory", "restore", "/a.md", "--tenant", "acme"}, "--version is required"},
+		{"memory import without a file", []string{"memory", "import", "--tenant", "acme"}, "name the export file"},
+		{"memory purge without --yes", []string{"memory", "purge", "--tenant", "acme"}, "add --yes"},
+		{"demo with an unknown flag", []string{"demo", "--bogus"}, "flag provided but not defined: -bogus"},
+		{"demo with an argument", []string{"demo", "now"}, `unexpected argument "now"`},
+		{"version with an argument", []string{"version", "--short"}, `unexpected argument "--short"`},
+		{"help with an argument", []string{"help", "memory"}, `unexpected argument "memory"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, noServe, tt.args...)
+			if code != 2 || !strings.Contains(stderr, tt.want) {
+				t.Errorf("ctxproxy %s: exit %d, want 2 with %q\nstdout %s\nstderr %s", strings.Join(tt.args, " "), code, tt.want, stdout, stderr)
+			}
+		})
+	}
+	for _, args := range [][]string{{"keys", "-h"}, {"memory", "--help"}, {"memory", "ls", "-h"}, {"report", "-h"}, {"demo", "-h"}} {
+		t.Run(strings.Join(args, " ")+" is no error", func(t *testing.T) {
+			if code, stdout, stderr := runCLI(t, noServe, args...); code != 0 || !strings.Contains(stdout+stderr, "sage") {
+				t.Errorf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+			}
+		})
+	}
+}

@@ -84,6 +84,13 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	policies := fs.String("policies", envOr(getenv, "CTXPROXY_POLICIES", ""), "policy folder, for spend against caps (env CTXPROXY_POLICIES; default ./policies when it exists)")
 	limitsStore := fs.String("limits-store", envOr(getenv, "CTXPROXY_LIMITS_STORE", ""), "spend counters: a postgres:// URL (default: --ledger when it is one) (env CTXPROXY_LIMITS_STORE)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "ctxproxy report: unexpected argument %q (the ledger is --ledger)\n", fs.Arg(0))
 		return 2
 	}
 	filter, err := tokens.ParseFilter(*tenant, *since, *until)

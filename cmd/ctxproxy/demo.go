@@ -70,6 +70,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 		}
 		return 2
 	}
+	if fl.NArg() > 0 {
+		fmt.Fprintf(stderr, "ctxproxy demo: unexpected argument %q\n", fl.Arg(0))
+		return 2
+	}
 	if err := demo(ctx, demoOptions{dir: *dir, prices: *prices, logLevel: *logLevel}, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "ctxproxy demo:", err)
 		return 1

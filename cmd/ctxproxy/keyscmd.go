@@ -42,7 +42,15 @@ type keysCmd struct {
 // runKeys mints, lists, revokes and rotates ctxproxy keys over the operator
 // API of a running ctxproxy, printing a table (or JSON with --json).
 func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+	switch {
+	case len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help"):
+		fmt.Fprint(stdout, keysUsage)
+		return 0
+	case len(args) == 0:
+		fmt.Fprint(stderr, keysUsage)
+		return 2
+	case strings.HasPrefix(args[0], "-"):
+		fmt.Fprintf(stderr, "ctxproxy keys: name a command before the flags (create, ls, revoke, rotate), not %q\n\n", args[0])
 		fmt.Fprint(stderr, keysUsage)
 		return 2
 	}

@@ -35,6 +35,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	if len(args) > 0 {
 		switch args[0] {
 		case "--version", "-version", "version":
+			if len(args) > 1 {
+				fmt.Fprintf(stderr, "ctxproxy %s: unexpected argument %q\n", args[0], args[1])
+				return 2
+			}
 			fmt.Fprintln(stdout, "ctxproxy", version)
 			return 0
 		case "migrate":
@@ -52,6 +56,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		case "demo":
 			return runDemo(ctx, args[1:], stdout, stderr, getenv)
 		case "help":
+			if len(args) > 1 {
+				fmt.Fprintf(stderr, "ctxproxy help: unexpected argument %q (ctxproxy COMMAND -h shows a command's flags)\n", args[1])
+				return 2
+			}
 			printUsage(stdout)
 			return 0
 		case "serve":

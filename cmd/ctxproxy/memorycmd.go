@@ -62,11 +62,20 @@ type memoryCLI struct {
 }
 
 func runMemory(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+	switch {
+	case len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help"):
+		fmt.Fprint(stdout, memoryUsage)
+		return 0
+	case len(args) == 0:
 		fmt.Fprint(stderr, memoryUsage)
 		return 2
 	}
 	cmd := args[0]
+	if _, ok := memoryArgs[cmd]; !ok {
+		fmt.Fprintf(stderr, "ctxproxy memory: unknown command %q (ls, cat, history, diff, restore, export, import, purge)\n\n", cmd)
+		fmt.Fprint(stderr, memoryUsage)
+		return 2
+	}
 	fs := flag.NewFlagSet("ctxproxy memory "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	tenant := fs.String("tenant", "", "the tenant, or default~KEYID for one key's store of the default tenant (required)")
@@ -93,6 +102,9 @@ func runMemory(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	var pos []string
 	for rest := args[1:]; ; {
 		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
 			return 2
 		}
 		if rest = fs.Args(); len(rest) == 0 {
@@ -101,7 +113,11 @@ func runMemory(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		pos, rest = append(pos, rest[0]), rest[1:]
 	}
 	if *tenant == "" {
-		fmt.Fprintln(stderr, "ctxproxy memory: --tenant is required")
+		fmt.Fprintln(stderr, "ctxproxy memory "+cmd+": --tenant is required")
+		return 2
+	}
+	if msg := memoryUsageError(cmd, pos, o); msg != "" {
+		fmt.Fprintln(stderr, "ctxproxy memory "+cmd+": "+msg)
 		return 2
 	}
 	store := *tenant
@@ -138,6 +154,39 @@ func runMemory(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		return 1
 	}
 	return 0
+}
+
+// memoryArgs are the memory commands and the arguments each takes: the one place that says
+// what a usage error of theirs is (memoryUsageError), checked before any work.
+var memoryArgs = map[string]struct {
+	min, max int
+	missing  string // what to say when the argument is not there
+}{
+	"ls":      {0, 0, ""},
+	"cat":     {1, 1, "name a memory: its path (/notes/a.md) or id (mem_…)"},
+	"history": {0, 1, ""},
+	"diff":    {1, 1, "name a version (memver_…)"},
+	"restore": {1, 1, "name a memory: its path (/notes/a.md) or id (mem_…)"},
+	"export":  {0, 0, ""},
+	"import":  {1, 1, "name the export file (or - for stdin)"},
+	"purge":   {0, 0, ""},
+}
+
+// memoryUsageError is what is wrong with a memory command's arguments and flags, "" when
+// nothing is.
+func memoryUsageError(cmd string, pos []string, o memoryOpts) string {
+	a := memoryArgs[cmd]
+	switch {
+	case len(pos) > a.max:
+		return fmt.Sprintf("unexpected argument %q", pos[a.max])
+	case a.min > 0 && (len(pos) < a.min || pos[0] == ""):
+		return a.missing
+	case cmd == "restore" && *o.version == "":
+		return "--version is required"
+	case cmd == "purge" && !*o.yes:
+		return "purge erases every memory and version of the tenant for good; add --yes"
+	}
+	return ""
 }
 
 type memoryOpts struct {
@@ -205,9 +254,9 @@ func (c *memoryCLI) run(cmd string, args []string, o memoryOpts) error {
 	case "import":
 		return c.importFile(arg)
 	case "purge":
-		return c.purge(*o.yes)
+		return c.purge()
 	}
-	return fmt.Errorf("unknown command %q (ls, cat, history, diff, restore, export, import, purge)", cmd)
+	panic("memoryArgs names a command run does not: " + cmd)
 }
 
 // call sends one API request; it returns the body of a 2xx answer, else
@@ -270,9 +319,6 @@ func (c *memoryCLI) memories(prefix string) ([]gjson.Result, error) {
 
 // memoryID resolves a path (starting with /) or an id to the memory's id.
 func (c *memoryCLI) memoryID(arg string) (string, error) {
-	if arg == "" {
-		return "", errors.New("name a memory: its path (/notes/a.md) or id (mem_…)")
-	}
 	if !strings.HasPrefix(arg, "/") {
 		return arg, nil
 	}
@@ -392,9 +438,6 @@ func dash(s string) string {
 }
 
 func (c *memoryCLI) diff(ver, from string) error {
-	if ver == "" {
-		return errors.New("name a version (memver_…)")
-	}
 	q := url.Values{}
 	if from != "" {
 		q.Set("from", from)
@@ -409,9 +452,6 @@ func (c *memoryCLI) diff(ver, from string) error {
 }
 
 func (c *memoryCLI) restore(arg, version string) error {
-	if version == "" {
-		return errors.New("--version is required")
-	}
 	id, err := c.memoryID(arg)
 	if err != nil {
 		return err
@@ -441,9 +481,6 @@ func (c *memoryCLI) export(history bool) error {
 
 func (c *memoryCLI) importFile(name string) error {
 	var r io.Reader = os.Stdin
-	if name == "" {
-		return errors.New("name the export file (or - for stdin)")
-	}
 	if name != "-" {
 		f, err := os.Open(name)
 		if err != nil {
@@ -462,10 +499,7 @@ func (c *memoryCLI) importFile(name string) error {
 	return nil
 }
 
-func (c *memoryCLI) purge(yes bool) error {
-	if !yes {
-		return errors.New("purge erases every memory and version of the tenant for good; add --yes")
-	}
+func (c *memoryCLI) purge() error {
 	b, err := c.call(http.MethodPost, "/purge", nil, jsonBody(map[string]string{"confirm": c.store}))
 	if err != nil {
 		return err
