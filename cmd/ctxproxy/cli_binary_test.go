@@ -180,6 +180,8 @@ func TestBinaryUsageErrorsExit2(t *testing.T) {
 		{"report with an argument", []string{"report", "ledger.jsonl"}, `unexpected argument "ledger.jsonl"`},
 		{"report with a bad --group-by", []string{"report", "--group-by", "colour"}, "--group-by"},
 		{"report with a bad --since", []string{"report", "--since", "yesterday"}, "yesterday"},
+		{"advise with an unknown flag", []string{"advise", "--bogus"}, "flag provided but not defined: -bogus"},
+		{"advise without --tenant", []string{"advise"}, "--tenant is required"},
 		{"keys without a command", []string{"keys"}, "Usage: ctxproxy keys"},
 		{"keys with a flag for a command", []string{"keys", "--tenant", "acme"}, "name a command before the flags"},
 		{"keys with an unknown command", []string{"keys", "delete", "--tenant", "acme"}, `unknown command "delete"`},
