@@ -51,10 +51,11 @@ const Prefix = "/admin/ui/"
 type Config struct {
 	Auth     admin.Auth
 	Policies *policy.Store
-	Ledger   tokens.Ledger       // cost and savings
-	Spend    tokens.CapsFunc     // spend against caps (the limits store)
-	Memory   memoryhook.Governed // memory pages and actions
-	Keys     *keys.Keyring       // ctxproxy keys, by id
+	Ledger   tokens.Ledger         // cost and savings
+	Spend    tokens.CapsFunc       // spend against caps (the limits store)
+	Memory   memoryhook.Governed   // memory pages and actions
+	Keys     *keys.Keyring         // ctxproxy keys, by id
+	Prices   func() *tokens.Prices // the prices in force (the advisor's TTL arithmetic); nil: the built-in table
 	Ready    func(context.Context) []Check
 	Metrics  prometheus.Gatherer // recent errors by status
 	// Models says which models a tenant uses that the API lists as
@@ -204,9 +205,17 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, status int, msg s
 }
 
 var funcs = template.FuncMap{
-	"usd":  func(f float64) string { return fmt.Sprintf("$%.6f", f) },
-	"usd2": func(f float64) string { return fmt.Sprintf("$%.2f", f) },
-	"num":  func(n int64) string { return groupDigits(n) },
+	"usd":    func(f float64) string { return fmt.Sprintf("$%.6f", f) },
+	"usd2":   func(f float64) string { return fmt.Sprintf("$%.2f", f) },
+	"num":    func(n int64) string { return groupDigits(n) },
+	"money4": func(m tokens.Money) string { return "$" + m.Fixed(4) },
+	"share":  func(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) },
+	"rate": func(f *float64) string {
+		if f == nil {
+			return "unknown"
+		}
+		return fmt.Sprintf("%.1f%%", 100**f)
+	},
 	"pct": func(a, b float64) string {
 		if b <= 0 {
 			return "—"

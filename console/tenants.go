@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/advise"
 	"github.com/ctxproxy/ctxproxy/internal/apikey"
 	"github.com/ctxproxy/ctxproxy/keys"
 	"github.com/ctxproxy/ctxproxy/policy"
@@ -34,7 +35,14 @@ type tenantView struct {
 	// Retiring are the models the tenant uses (or its policy names) that
 	// the API lists as deprecated or retired.
 	Retiring []capabilities.Retiring
+	// Advice is the policy lab's advice over the last AdviceDays, for a tenant with shadow
+	// candidates (nil otherwise).
+	Advice    *advise.Advice
+	AdviceErr string
 }
+
+// AdviceDays is the window of the tenant page's advice.
+const AdviceDays = 30
 
 type keyView struct {
 	ID, KeyID, Name, User, State string
@@ -144,7 +152,28 @@ func (c *Console) tenantPage(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	v.Advice, v.AdviceErr = c.advice(r, p)
 	c.render(w, r, "tenant", http.StatusOK, page{Title: p.Tenant, Tenant: p.Tenant, Data: struct{ T tenantView }{v}})
+}
+
+// advice is the policy lab's advice for a tenant with shadow candidates, over the last
+// AdviceDays (package advise: the same as `ctxproxy advise`).
+func (c *Console) advice(r *http.Request, p *policy.Policy) (*advise.Advice, string) {
+	if !p.HasShadow() || c.cfg.Ledger == nil {
+		return nil, ""
+	}
+	since := c.cfg.Now().AddDate(0, 0, -AdviceDays)
+	calls, err := c.cfg.Ledger.Query(r.Context(), tokens.Filter{Tenant: p.Tenant, Since: since})
+	if err != nil {
+		return nil, "The ledger could not be read: " + err.Error()
+	}
+	var prices *tokens.Prices
+	if c.cfg.Prices != nil {
+		prices = c.cfg.Prices()
+	}
+	a := advise.Build(p.Tenant, calls, prices)
+	a.Since = &since
+	return &a, ""
 }
 
 func (c *Console) spend(r *http.Request, p *policy.Policy) ([]tokens.CapRow, string) {

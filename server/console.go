@@ -32,6 +32,7 @@ type consoleParts struct {
 	limits   any // the limits store; checked when it can Ping
 	sessions console.Sessions
 	models   *capabilities.Cache
+	prices   func() *tokens.Prices
 }
 
 // consoleHandler is the operator console at /admin/ui/, under the same
@@ -48,6 +49,7 @@ func consoleHandler(cfg *Settings, p consoleParts, log *zap.Logger) http.Handler
 		Spend:    p.caps,
 		Sessions: p.sessions,
 		Models:   p.models,
+		Prices:   p.prices,
 		// Whether a sign-in came over TLS, for the session cookie's Secure.
 		TrustedProxies: cfg.TrustedProxies,
 	}

@@ -197,7 +197,7 @@ func Open(ctx context.Context, cfg Settings) (_ *Server, err error) {
 		Metrics:             metrics,
 		Tracer:              tracer,
 		Admin:               adminHandler(&cfg, ledger, ring, pols, log, capsOf),
-		Console:             consoleHandler(&cfg, consoleParts{mem: mem, audit: audit, ledger: ledger, ring: ring, pols: pols, metrics: metrics, caps: capsOf, limits: lim.Store(), sessions: sessions, models: models}, log),
+		Console:             consoleHandler(&cfg, consoleParts{mem: mem, audit: audit, ledger: ledger, ring: ring, pols: pols, metrics: metrics, caps: capsOf, limits: lim.Store(), sessions: sessions, models: models, prices: rec.CurrentPrices}, log),
 		Keys:                ring,
 		Limits:              lim,
 		CacheTracker:        tracker,

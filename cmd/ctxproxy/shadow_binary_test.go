@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -289,6 +290,19 @@ func TestBinaryPolicyLab(t *testing.T) {
 		}
 		if v := gjson.GetBytes(out, "verdict"); !v.Get("enough_data").Bool() || v.Get("cheapest").Str != cheapest {
 			t.Errorf("verdict %s, want %s cheapest", v.Raw, cheapest)
+		}
+		c, _ := consoleClient(t, s.addr, "adm")
+		resp, err := c.Get("http://" + s.addr + "/admin/ui/tenants/lab")
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		verdict := gjson.GetBytes(out, "verdict.text").Str
+		for _, want := range []string{"Policy lab", "Cost per 1,000 calls (estimate)", "keep-2", "no-edits", html.EscapeString(verdict), "Cache TTL (estimate)"} {
+			if !strings.Contains(string(page), want) {
+				t.Errorf("the console's tenant page lacks %q:\n%s", want, page)
+			}
 		}
 		plain, err := exec.Command(binary(t), "advise", "--tenant", "lab", "--ledger", "file:"+s.ledger, "--policies", s.dir).Output()
 		if err != nil || !strings.Contains(string(plain), "(estimate)") || !strings.Contains(string(plain), "is cheapest") {
