@@ -90,7 +90,12 @@ func (x *exchange) attributeCache(c *tokens.Call, r *tokens.Reply) {
 	v.prev, v.known = cachetrack.Next(prev, &call), true
 	c.Conversation = v.prev.Conversation
 	t.Store(v.seen.turn, v.prev)
-	t.Store(cachetrack.MessageKey(v.scope, r.ID), v.prev)
+	if x.req.info.Threaded {
+		// Only a thread is continued by its reply's id: a key per reply for every other
+		// conversation would only fill the tracker (and the collector's work) with keys never
+		// looked up.
+		t.Store(cachetrack.MessageKey(v.scope, r.ID), v.prev)
+	}
 	v.seen = seenReply{}
 }
 

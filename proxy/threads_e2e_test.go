@@ -151,3 +151,26 @@ func TestOwedResultsSkipALeadingSystemEntry(t *testing.T) {
 		t.Fatalf("tool_results %s, want the memory result, then the client's", ids)
 	}
 }
+
+// A thread is continued by its reply's id: ctxproxy finds the conversation by it, and asks the
+// API's cache diagnosis against that reply.
+func TestAThreadContinueIsTheConversationOfTheReplyItContinues(t *testing.T) {
+	h := newHarness(t)
+	h.fake.SetResponder(fakeapi.Script(fakeapi.TextReply("Noted."), fakeapi.TextReply("Tea.")))
+	resp := h.post("/v1/messages", keyAcme, threadCreate(false, ""), "Anthropic-Beta", threadBeta)
+	got := readAll(t, resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, got)
+	}
+	id := gjson.Get(got, "id").Str
+	if first := h.lastUpstream("/v1/messages"); gjson.GetBytes(first.Body, "diagnostics.previous_message_id").Type != gjson.Null {
+		t.Fatalf("the thread's first call names a previous reply: %s", gjson.GetBytes(first.Body, "diagnostics").Raw)
+	}
+	resp = h.post("/v1/messages", keyAcme, threadContinue(id, `"what do I like?"`), "Anthropic-Beta", threadBeta)
+	if got := readAll(t, resp.Body); resp.StatusCode != 200 {
+		t.Fatalf("continue: status %d: %s", resp.StatusCode, got)
+	}
+	if prev := gjson.GetBytes(h.lastUpstream("/v1/messages").Body, "diagnostics.previous_message_id").Str; prev != id {
+		t.Errorf("the continue asked the diagnosis against %q, want the reply it continues, %q", prev, id)
+	}
+}
