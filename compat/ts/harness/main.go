@@ -36,7 +36,19 @@ var keys = map[string]string{
 	"inject": "sk-ant-compat-ts-inject", // memory inject: the client runs memory
 	// agent's policy with context_management.threads at its default, unthread_edits
 	"unthread": "sk-ant-compat-ts-unthread",
+	// cacheAsks clears old tool uses and asks the API's cache diagnosis (the default when a
+	// policy clears); cacheQuiet clears the same and does not ask (cache_diagnostics: false).
+	"cacheAsks":  "sk-ant-compat-ts-cache-asks",
+	"cacheQuiet": "sk-ant-compat-ts-cache-quiet",
 }
+
+// cacheClearing is the cache tenants' context management: old tool uses cleared once there
+// are more than two.
+const cacheClearing = `context_management:
+  clear_tool_uses:
+    trigger: { type: tool_uses, value: 2 }
+    keep: { type: tool_uses, value: 1 }
+`
 
 // The agent tenant clears old tool uses once there are more than two, so a
 // short test conversation shows applied_edits.
@@ -67,6 +79,8 @@ memory:
   mode: proxy
   max_iterations: 8
 `),
+		"cache-asks.yaml":  stack.TenantPolicy("cache-asks", keys["cacheAsks"], cacheClearing),
+		"cache-quiet.yaml": stack.TenantPolicy("cache-quiet", keys["cacheQuiet"], cacheClearing+"accounting:\n  cache_diagnostics: false\n"),
 		"inject.yaml": stack.TenantPolicy("inject", keys["inject"], `context_management:
   mode: default
   threads: pass
