@@ -25,6 +25,33 @@ type Request struct {
 // them costs no pass of its own (FindMembers finds them for a caller without one).
 type Members struct {
 	System, Tools, Messages, Thread, Diagnostics []byte
+	// recent are the last objects of Messages, when FindMembers walked it: no walk back.
+	recent recentObjects
+}
+
+// recentObjects are where the last few objects of an array lie, as a forward walk over it found
+// them (offsets into the array, newest last in a ring).
+type recentObjects struct {
+	walked bool
+	n      int // objects seen
+	at     [8][2]int
+}
+
+func (r *recentObjects) add(start, end int) {
+	r.at[r.n%len(r.at)] = [2]int{start, end}
+	r.n++
+}
+
+// last is the last object of arr whose role is "assistant", from the ring; ok is false when the
+// ring cannot tell (the assistant turn, if any, is older than the ring holds).
+func (r *recentObjects) last(arr []byte) (msg []byte, ok bool) {
+	for k := 1; k <= min(r.n, len(r.at)); k++ {
+		at := r.at[(r.n-k)%len(r.at)]
+		if el := arr[at[0]:at[1]]; gjson.Get(view(el), "role").Str == "assistant" {
+			return el, true
+		}
+	}
+	return nil, r.n <= len(r.at)
 }
 
 // ReadRequest reads r from body for conversations of scope (tenant and key id), in one pass
@@ -55,7 +82,15 @@ func Read(scope string, m Members) Request {
 			}
 		}
 	}
-	if msg := lastAssistant(m.Messages); msg != nil {
+	var msg []byte
+	ok := false
+	if m.recent.walked {
+		msg, ok = m.recent.last(m.Messages)
+	}
+	if !ok {
+		msg = lastAssistant(m.Messages)
+	}
+	if msg != nil {
 		r.Turn = TurnKeyOf(scope, gjson.Get(view(msg), "content"))
 	}
 	return r
@@ -89,7 +124,12 @@ func FindMembers(body []byte) Members {
 			return m
 		}
 		i = skipSpace(body, i+1)
-		vEnd := skipValue(body, i)
+		var vEnd int
+		if string(key) == "messages" && m.Messages == nil && i < len(body) && body[i] == '[' {
+			vEnd = skipArray(body, i, &m.recent)
+		} else {
+			vEnd = skipValue(body, i)
+		}
 		if vEnd < 0 {
 			return m
 		}
@@ -238,6 +278,35 @@ func skipValue(b []byte, i int) int {
 		return -1
 	}
 	return j
+}
+
+// skipArray is skipValue for the array starting at b[i], noting where its last objects lie
+// (offsets from i) in r.
+func skipArray(b []byte, i int, r *recentObjects) int {
+	depth, start := 0, 0
+	for j := i; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			if j = skipString(b, j); j < 0 {
+				return -1
+			}
+			j--
+		case '{', '[':
+			if depth == 1 {
+				start = j
+			}
+			depth++
+		case '}', ']':
+			if depth--; depth == 0 {
+				r.walked = true
+				return j + 1
+			}
+			if depth == 1 && b[j] == '}' && b[start] == '{' {
+				r.add(start-i, j+1-i)
+			}
+		}
+	}
+	return -1
 }
 
 // valueStartBack is the index where the JSON value ending at b[i] starts, -1 when it does not.

@@ -113,7 +113,7 @@ func randomBody(rng *rand.Rand) string {
 		return `{"role":"` + role + `",` + ws() + `"content":` + content + `}`
 	}
 	var msgs []string
-	for i := range rng.IntN(6) {
+	for i := range rng.IntN(6) + rng.IntN(2)*rng.IntN(12) { // now and then more than the ring of 8 holds
 		msgs = append(msgs, message(i))
 	}
 	members := []string{
@@ -152,6 +152,11 @@ func TestReadRequestAgreesWithAFullRead(t *testing.T) {
 		if got != want {
 			t.Fatalf("body %d:\n%s\ngot  %+v\nwant %+v", i, body, got, want)
 		}
+		// The members as a validating pass gives them: the messages walked from their end.
+		m := FindMembers([]byte(body))
+		if got := Read("acme", Members{System: m.System, Tools: m.Tools, Messages: m.Messages, Thread: m.Thread, Diagnostics: m.Diagnostics}); got != want {
+			t.Fatalf("body %d, read from its members:\n%s\ngot  %+v\nwant %+v", i, body, got, want)
+		}
 		if want.Turn != 0 {
 			turns++
 		}
@@ -177,9 +182,11 @@ func TestFindMembers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := FindMembers([]byte(tt.body))
-			if fmt.Sprintf("%q", got) != fmt.Sprintf("%q", tt.want) {
-				t.Errorf("got %q\nwant %q", got, tt.want)
+			m := FindMembers([]byte(tt.body))
+			got := [][]byte{m.System, m.Tools, m.Messages, m.Thread, m.Diagnostics}
+			want := [][]byte{tt.want.System, tt.want.Tools, tt.want.Messages, tt.want.Thread, tt.want.Diagnostics}
+			if fmt.Sprintf("%q", got) != fmt.Sprintf("%q", want) {
+				t.Errorf("got %q\nwant %q", got, want)
 			}
 		})
 	}
@@ -246,11 +253,13 @@ func FuzzReadRequest(f *testing.F) {
 	f.Add(`{"messages":]`)
 	f.Fuzz(func(t *testing.T, body string) {
 		got := ReadRequest("acme", []byte(body))
+		m := FindMembers([]byte(body))
+		back := Read("acme", Members{System: m.System, Tools: m.Tools, Messages: m.Messages, Thread: m.Thread, Diagnostics: m.Diagnostics})
 		if !gjson.Valid(body) || !gjson.Parse(body).IsObject() {
 			return
 		}
-		if want := readReference("acme", body); got != want {
-			t.Errorf("got %+v, want %+v", got, want)
+		if want := readReference("acme", body); got != want || back != want {
+			t.Errorf("got %+v, from the end %+v, want %+v", got, back, want)
 		}
 	})
 }
