@@ -138,33 +138,15 @@ func parseFactors(n *yaml.Node, f *Factors) error {
 	if n.Kind != yaml.MappingNode {
 		return lineErr(n, "factors must be a mapping of cache_write, cache_write_1h, cache_read, batch")
 	}
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if seen[k.Value] {
-			return lineErr(k, "duplicate key %q", k.Value)
-		}
-		seen[k.Value] = true
-		var dst *Ratio
-		switch k.Value {
-		case "cache_write":
-			dst = &f.CacheWrite
-		case "cache_write_1h":
-			dst = &f.CacheWrite1h
-		case "cache_read":
-			dst = &f.CacheRead
-		case "batch":
-			dst = &f.Batch
-		default:
-			return lineErr(k, "unknown key %q in factors (want cache_write, cache_write_1h, cache_read, batch)", k.Value)
-		}
+	return fields(n, "factors", []string{"cache_write", "cache_write_1h", "cache_read", "batch"}, func(key string, k, v *yaml.Node) error {
+		dst := map[string]*Ratio{"cache_write": &f.CacheWrite, "cache_write_1h": &f.CacheWrite1h, "cache_read": &f.CacheRead, "batch": &f.Batch}[key]
 		r, err := parseNumber(v, 3)
 		if err != nil {
-			return lineErr(v, "factors.%s: %v (a factor such as 1.25, at most 3 decimals)", k.Value, err)
+			return lineErr(v, "factors.%s: %v (a factor such as 1.25, at most 3 decimals)", key, err)
 		}
 		*dst = Ratio(r)
-	}
-	return nil
+		return nil
+	})
 }
 
 // parseWebSearch reads web_search_per_1000 (USD per 1,000 searches) as Money per search.

@@ -116,7 +116,8 @@ func LoadPrices(path string) (*Prices, error) {
 //	  batch: 0.5                  # usage.service_tier batch: half the token cost
 //	web_search_per_1000: 10       # optional; USD per 1,000 web searches
 //
-// Unknown keys, duplicate names and missing prices are errors naming the line.
+// It is read as the policies are (internal/yamldoc: one document, plain keys, each known and
+// given once); unknown keys, duplicate names and missing prices are errors naming the line.
 func ParsePrices(b []byte) (*Prices, error) {
 	root, err := yamldoc.Read(b)
 	if err != nil {
@@ -127,31 +128,27 @@ func ParsePrices(b []byte) (*Prices, error) {
 	}
 	p := &Prices{exact: map[string]*PriceEntry{}, named: map[string]*PriceEntry{}, factors: DefaultFactors}
 	var modelsNode *yaml.Node
-	seenTop := map[string]bool{}
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		k, v := root.Content[i], root.Content[i+1]
-		if seenTop[k.Value] {
-			return nil, lineErr(k, "duplicate key %s", k.Value)
-		}
-		seenTop[k.Value] = true
-		switch k.Value {
+	err = fields(root, "the prices file", []string{"models", "factors", "web_search_per_1000"}, func(key string, k, v *yaml.Node) error {
+		switch key {
 		case "models":
 			modelsNode = v
 		case "factors":
 			if err := parseFactors(v, &p.factors); err != nil {
-				return nil, err
+				return err
 			}
 			p.factorsSet = true
 		case "web_search_per_1000":
 			ws, err := parseWebSearch(v)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			p.factors.WebSearch = ws
 			p.factorsSet = true
-		default:
-			return nil, lineErr(k, "unknown key %q (want models, factors or web_search_per_1000)", k.Value)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if modelsNode == nil || modelsNode.Kind != yaml.SequenceNode {
 		return nil, lineErr(root, "models must be a list")
@@ -184,18 +181,14 @@ func parseEntry(n *yaml.Node, f Factors) (*PriceEntry, error) {
 	e := &PriceEntry{Line: n.Line}
 	seen := map[string]bool{}
 	var long *yaml.Node
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if seen[k.Value] {
-			return nil, lineErr(k, "duplicate key %q", k.Value)
-		}
-		seen[k.Value] = true
-		switch k.Value {
+	err := fields(n, "a models entry", append([]string{"model", "prefix", "long_prompt"}, priceKeys...), func(key string, k, v *yaml.Node) error {
+		seen[key] = true
+		switch key {
 		case "model", "prefix":
 			if v.Kind != yaml.ScalarNode || v.Tag != "!!str" || strings.TrimSpace(v.Value) == "" || v.Value != strings.TrimSpace(v.Value) {
-				return nil, lineErr(v, "%s must be a non-empty model name", k.Value)
+				return lineErr(v, "%s must be a non-empty model name", key)
 			}
-			if k.Value == "model" {
+			if key == "model" {
 				e.Model = v.Value
 			} else {
 				e.Prefix = v.Value
@@ -203,10 +196,12 @@ func parseEntry(n *yaml.Node, f Factors) (*PriceEntry, error) {
 		case "long_prompt":
 			long = v
 		default:
-			if err := parsePriceField(k, v, &e.Price, "model or prefix, long_prompt, "); err != nil {
-				return nil, err
-			}
+			return parsePriceField(key, v, &e.Price)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	switch {
 	case e.Model != "" && e.Prefix != "":
@@ -235,23 +230,20 @@ func parseLongPrompt(n *yaml.Node, label string, f Factors) (*LongPrompt, error)
 	}
 	lp := &LongPrompt{}
 	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if seen[k.Value] {
-			return nil, lineErr(k, "duplicate key %q", k.Value)
-		}
-		seen[k.Value] = true
-		if k.Value == "threshold_tokens" {
+	err := fields(n, "long_prompt", append([]string{"threshold_tokens"}, priceKeys...), func(key string, k, v *yaml.Node) error {
+		seen[key] = true
+		if key == "threshold_tokens" {
 			t, err := strconv.ParseInt(v.Value, 10, 64)
 			if v.Kind != yaml.ScalarNode || v.Tag != "!!int" || err != nil || t <= 0 {
-				return nil, lineErr(v, "threshold_tokens must be a positive whole number of tokens")
+				return lineErr(v, "threshold_tokens must be a positive whole number of tokens")
 			}
 			lp.ThresholdTokens = t
-			continue
+			return nil
 		}
-		if err := parsePriceField(k, v, &lp.Price, "threshold_tokens, "); err != nil {
-			return nil, err
-		}
+		return parsePriceField(key, v, &lp.Price)
+	})
+	if err != nil {
+		return nil, err
 	}
 	if !seen["threshold_tokens"] {
 		return nil, lineErr(n, "%s: long_prompt: missing threshold_tokens", label)
@@ -262,25 +254,15 @@ func parseLongPrompt(n *yaml.Node, label string, f Factors) (*LongPrompt, error)
 	return lp, nil
 }
 
-// parsePriceField reads one price key of an entry (or of its long_prompt) into pr.
-func parsePriceField(k, v *yaml.Node, pr *Price, otherKeys string) error {
-	var dst *Money
-	switch k.Value {
-	case "input":
-		dst = &pr.Input
-	case "output":
-		dst = &pr.Output
-	case "cache_write":
-		dst = &pr.CacheWrite
-	case "cache_write_1h":
-		dst = &pr.CacheWrite1h
-	case "cache_read":
-		dst = &pr.CacheRead
-	default:
-		return lineErr(k, "unknown key %q (want %sinput, output, cache_write, cache_write_1h, cache_read)", k.Value, otherKeys)
-	}
+// priceKeys are the price keys of an entry and of its long_prompt.
+var priceKeys = []string{"input", "output", "cache_write", "cache_write_1h", "cache_read"}
+
+// parsePriceField reads the price key (one of priceKeys) of an entry or its long_prompt into pr.
+func parsePriceField(key string, v *yaml.Node, pr *Price) error {
+	dst := map[string]*Money{"input": &pr.Input, "output": &pr.Output, "cache_write": &pr.CacheWrite,
+		"cache_write_1h": &pr.CacheWrite1h, "cache_read": &pr.CacheRead}[key]
 	if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!float") {
-		return lineErr(v, "%s must be a number of USD per million tokens", k.Value)
+		return lineErr(v, "%s must be a number of USD per million tokens", key)
 	}
 	// USD per million tokens with 3 decimals = nano-USD per token.
 	n, err := parseDecimal(v.Value, 3)
@@ -288,7 +270,7 @@ func parsePriceField(k, v *yaml.Node, pr *Price, otherKeys string) error {
 		if err == nil {
 			err = errors.New("negative")
 		}
-		return lineErr(v, "%s %q: %v (USD per million tokens, at most 3 decimals)", k.Value, v.Value, err)
+		return lineErr(v, "%s %q: %v (USD per million tokens, at most 3 decimals)", key, v.Value, err)
 	}
 	*dst = Money(n)
 	return nil
@@ -312,6 +294,25 @@ func completePrice(n *yaml.Node, label string, seen map[string]bool, pr *Price, 
 		pr.CacheRead = f.CacheRead.apply(pr.Input)
 	}
 	return nil
+}
+
+// fields reads the mapping n as every YAML loader of ctxproxy does (yamldoc.Fields: plain keys,
+// known, each once), calling fn with each key in order until one fails. The error is the
+// file's first problem, at its line: a bad key's or a bad value's, whichever comes first.
+func fields(n *yaml.Node, where string, known []string, fn func(key string, k, v *yaml.Node) error) error {
+	var bad error
+	badLine := 0
+	errs := yamldoc.Fields(n, where, known, func(key string, k, v *yaml.Node) {
+		if bad == nil {
+			if bad = fn(key, k, v); bad != nil {
+				badLine = k.Line
+			}
+		}
+	})
+	if len(errs) > 0 && (bad == nil || errs[0].Line < badLine) {
+		return errs[0]
+	}
+	return bad
 }
 
 func lineErr(n *yaml.Node, format string, args ...any) error {
