@@ -18,7 +18,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
-	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,8 +45,9 @@ type Config struct {
 
 // Enforcer admits, settles and releases requests against their tenant's limits.
 type Enforcer struct {
-	cfg    Config
-	prices atomic.Pointer[priceTable] // swapped whole when the prices reload
+	cfg      Config
+	prices   atomic.Pointer[priceTable] // swapped whole when the prices reload
+	rateKeys sync.Map                   // rateKeyOf → string (rateKey)
 }
 
 // priceTable is the prices in force and the price of models without one: the dearest in the
@@ -162,7 +163,7 @@ func (e *Enforcer) admit(ctx context.Context, pol *policy.Policy, user string, a
 		return nil, e.refuseSpend(pol, ss, res, res.Refused, a.amount, a.what, now)
 	}
 	t.held = true
-	t.header = http.Header{}
+	t.header = make(http.Header, 8)
 	unifiedHeaders(t.header, binding(ss), now, "")
 	e.cfg.Metrics.observeStanding(t.tenant, ss)
 	return t, nil
@@ -195,38 +196,34 @@ func holdAmount(p tokens.Price, input, output int64) tokens.Money {
 // counters lists the spend counters of a request with their standings, sorted by (user,
 // bucket), the order every store locks them in.
 func counters(l *policy.Limits, user string, now time.Time) ([]Counter, []standing) {
-	var ss []standing
-	add := func(lims []policy.SpendLimit, perUser bool) {
-		for _, sl := range lims {
-			_, reset := Bucket(sl.Period, now)
-			ss = append(ss, standing{limit: sl, perUser: perUser, cap: tokens.Money(sl.Nanos), reset: reset})
-		}
-	}
-	add(l.Spend, false)
+	n := len(l.Spend)
 	if user != "" {
-		add(l.PerUserSpend, true)
+		n += len(l.PerUserSpend)
 	}
-	cs := make([]Counter, len(ss))
-	for i, s := range ss {
-		key, _ := Bucket(s.limit.Period, now)
-		cs[i] = Counter{Bucket: key, Cap: s.cap}
-		if s.perUser {
-			cs[i].User = user
+	ss, cs := make([]standing, 0, n), make([]Counter, 0, n)
+	add := func(lims []policy.SpendLimit, u string) {
+		for _, sl := range lims {
+			key, reset := Bucket(sl.Period, now)
+			ss = append(ss, standing{limit: sl, perUser: u != "", cap: tokens.Money(sl.Nanos), reset: reset})
+			cs = append(cs, Counter{User: u, Bucket: key, Cap: tokens.Money(sl.Nanos)})
 		}
 	}
-	idx := make([]int, len(cs))
-	for i := range idx {
-		idx[i] = i
+	add(l.Spend, "")
+	if user != "" {
+		add(l.PerUserSpend, user)
 	}
-	sort.Slice(idx, func(a, b int) bool {
-		ca, cb := cs[idx[a]], cs[idx[b]]
-		return ca.User < cb.User || (ca.User == cb.User && ca.Bucket < cb.Bucket)
-	})
-	sc, sst := make([]Counter, len(cs)), make([]standing, len(ss))
-	for i, j := range idx {
-		sc[i], sst[i] = cs[j], ss[j]
+	// An insertion sort of both at once: a policy has a few caps.
+	for i := 1; i < len(cs); i++ {
+		for j := i; j > 0 && counterLess(&cs[j], &cs[j-1]); j-- {
+			cs[j], cs[j-1] = cs[j-1], cs[j]
+			ss[j], ss[j-1] = ss[j-1], ss[j]
+		}
 	}
-	return sc, sst
+	return cs, ss
+}
+
+func counterLess(a, b *Counter) bool {
+	return a.User < b.User || (a.User == b.User && a.Bucket < b.Bucket)
 }
 
 func (e *Enforcer) price(model string) tokens.Price {

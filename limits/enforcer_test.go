@@ -311,3 +311,15 @@ func TestHoldsSaturateInsteadOfWrapping(t *testing.T) {
 		t.Errorf("OutputHold = %d, want reserve_output_tokens", got)
 	}
 }
+
+// TestUnifiedHeaderNamesAreCanonical: unifiedHeaders writes the names into the header map
+// as they are, so each must be the form net/http reads (Header.Get canonicalises the name it
+// looks up).
+func TestUnifiedHeaderNamesAreCanonical(t *testing.T) {
+	for _, k := range []string{HeaderStatus, HeaderReset, HeaderClaim, HeaderOverStatus, HeaderOverUtil, HeaderOverReset,
+		HeaderOverThresh, HeaderOverPeriod, HeaderOverReason, "Retry-After"} {
+		if c := http.CanonicalHeaderKey(k); c != k {
+			t.Errorf("%q is not canonical: %q", k, c)
+		}
+	}
+}

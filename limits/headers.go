@@ -102,21 +102,29 @@ func unifiedHeaders(h http.Header, s *standing, now time.Time, reason string) {
 			}
 		}
 	}
-	h.Set(HeaderStatus, status)
-	h.Set(HeaderReset, reset)
-	h.Set(HeaderOverReset, reset)
-	h.Set(HeaderOverUtil, formatFloat(s.shownUtilization()))
+	// The names are canonical already, and every value is a slice of one array: h.Set would
+	// canonicalise each name again and make a slice per value (every admitted request of a
+	// capped tenant writes these).
+	vals := make([]string, 0, 8)
+	set := func(k, v string) {
+		vals = append(vals, v)
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	set(HeaderStatus, status)
+	set(HeaderReset, reset)
+	set(HeaderOverReset, reset)
+	set(HeaderOverUtil, formatFloat(s.shownUtilization()))
 	if surpassed != "" {
-		h.Set(HeaderOverThresh, surpassed)
+		set(HeaderOverThresh, surpassed)
 	}
 	if !s.exceeded {
-		h.Set(HeaderClaim, "overage")
-		h.Set(HeaderOverStatus, status)
+		set(HeaderClaim, "overage")
+		set(HeaderOverStatus, status)
 		return
 	}
-	h.Set(HeaderOverPeriod, string(s.limit.Period))
-	h.Set(HeaderOverReason, reason)
-	h.Set("Retry-After", strconv.FormatInt(retrySeconds(s.reset.Sub(now)), 10))
+	set(HeaderOverPeriod, string(s.limit.Period))
+	set(HeaderOverReason, reason)
+	set("Retry-After", strconv.FormatInt(retrySeconds(s.reset.Sub(now)), 10))
 }
 
 // retrySeconds rounds d up to whole seconds, at least 1.

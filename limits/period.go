@@ -2,6 +2,7 @@ package limits
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/policy"
@@ -10,20 +11,52 @@ import (
 // Bucket is the calendar bucket of period that t falls in, in UTC: its key (YYYY-MM-DD, YYYY-Www
 // for the ISO week, YYYY-MM; the three forms never collide) and the instant the next one starts.
 func Bucket(p policy.Period, t time.Time) (key string, reset time.Time) {
+	// Every admission asks for the bucket it is in: the last one of each period is kept.
+	var c *atomic.Pointer[bucketWindow]
+	switch p {
+	case policy.Daily:
+		c = &lastBucket[0]
+	case policy.Weekly:
+		c = &lastBucket[1]
+	case policy.Monthly:
+		c = &lastBucket[2]
+	}
+	if c != nil {
+		if w := c.Load(); w != nil && !t.Before(w.start) && t.Before(w.reset) {
+			return w.key, w.reset
+		}
+	}
+	key, start, reset := bucket(p, t)
+	if c != nil {
+		c.Store(&bucketWindow{key: key, start: start, reset: reset})
+	}
+	return key, reset
+}
+
+// bucketWindow is one bucket: its key and [start, reset).
+type bucketWindow struct {
+	key          string
+	start, reset time.Time
+}
+
+var lastBucket [3]atomic.Pointer[bucketWindow] // daily, weekly, monthly
+
+// bucket is Bucket worked out, with the bucket's start.
+func bucket(p policy.Period, t time.Time) (key string, start, reset time.Time) {
 	t = t.UTC()
 	y, m, d := t.Date()
 	day := time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
 	switch p {
 	case policy.Daily:
-		return day.Format("2006-01-02"), day.AddDate(0, 0, 1)
+		return day.Format("2006-01-02"), day, day.AddDate(0, 0, 1)
 	case policy.Weekly:
 		iy, iw := t.ISOWeek()
 		// ISO weeks start on Monday.
 		monday := day.AddDate(0, 0, -((int(day.Weekday()) + 6) % 7))
-		return fmt.Sprintf("%04d-W%02d", iy, iw), monday.AddDate(0, 0, 7)
+		return fmt.Sprintf("%04d-W%02d", iy, iw), monday, monday.AddDate(0, 0, 7)
 	case policy.Monthly:
 		first := time.Date(y, m, 1, 0, 0, 0, 0, time.UTC)
-		return first.Format("2006-01"), first.AddDate(0, 1, 0)
+		return first.Format("2006-01"), first, first.AddDate(0, 1, 0)
 	}
 	panic("limits: unknown period " + string(p))
 }

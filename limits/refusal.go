@@ -42,11 +42,7 @@ func (e *Enforcer) checkRate(ctx context.Context, tenant string, l *policy.Limit
 		if c.limit <= 0 {
 			continue
 		}
-		// {tenant} is a Redis Cluster hash tag: one tenant's keys live on one shard. The limit is
-		// part of the key, so a reload that changes it starts the new limit with a full
-		// allowance instead of draining the old limit's state first.
-		key := "ctxproxy:{" + tenant + "}:" + c.name + ":" + strconv.FormatInt(c.limit, 10)
-		ok, retry, err := e.cfg.Rate.Take(ctx, key, c.limit, max(c.cost, 1))
+		ok, retry, err := e.cfg.Rate.Take(ctx, e.rateKey(tenant, c.name, c.limit), c.limit, max(c.cost, 1))
 		if err != nil {
 			pol := &policy.Policy{Tenant: tenant, Limits: *l}
 			if ref := e.storeError(pol, c.name, err); ref != nil {
@@ -64,6 +60,25 @@ func (e *Enforcer) checkRate(ctx context.Context, tenant string, l *policy.Limit
 		}
 	}
 	return nil
+}
+
+// rateKey is the limiter's key of a tenant's per-minute limit. {tenant} is a Redis Cluster
+// hash tag: one tenant's keys live on one shard. The limit is part of the key, so a reload that
+// changes it starts the new limit with a full allowance instead of draining the old limit's
+// state first. Kept once made: every request of a limited tenant asks for its keys.
+func (e *Enforcer) rateKey(tenant, name string, limit int64) string {
+	k := rateKeyOf{tenant, name, limit}
+	if v, ok := e.rateKeys.Load(k); ok {
+		return v.(string)
+	}
+	key := "ctxproxy:{" + tenant + "}:" + name + ":" + strconv.FormatInt(limit, 10)
+	e.rateKeys.Store(k, key)
+	return key
+}
+
+type rateKeyOf struct {
+	tenant, name string
+	limit        int64
 }
 
 // refuseSpend is the answer to a request whose reservation does not fit under counter i: a

@@ -115,7 +115,8 @@ func (m *MemoryStore) Reserve(_ context.Context, id, tenant string, cs []Counter
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	r := Reservation{Spent: make([]tokens.Money, len(cs)), Reserved: make([]tokens.Money, len(cs)), Refused: -1}
+	sums := make([]tokens.Money, 2*len(cs))
+	r := Reservation{Spent: sums[:len(cs):len(cs)], Reserved: sums[len(cs):], Refused: -1}
 	for i, c := range cs {
 		k := counterKey{tenant, c.User, c.Bucket}
 		r.Spent[i] = m.spent[k]
@@ -133,14 +134,21 @@ func (m *MemoryStore) Reserve(_ context.Context, id, tenant string, cs []Counter
 	if r.Refused >= 0 {
 		return r, nil
 	}
+	keys := make([]counterKey, 0, len(cs))
 	for _, c := range cs {
 		k := counterKey{tenant, c.User, c.Bucket}
-		if m.holds[k] == nil {
-			m.holds[k] = map[string]hold{}
+		hs := m.holds[k]
+		if hs == nil {
+			hs = map[string]hold{}
+			m.holds[k] = hs
 		}
-		m.holds[k][id] = hold{amount: amount, expires: now.Add(ttl)}
-		m.holdKeys[id] = append(m.holdKeys[id], k)
+		hs[id] = hold{amount: amount, expires: now.Add(ttl)}
+		keys = append(keys, k)
 	}
+	if prev := m.holdKeys[id]; prev != nil { // a batch's hold, reserved again
+		keys = append(prev, keys...)
+	}
+	m.holdKeys[id] = keys
 	return r, nil
 }
 
@@ -164,10 +172,9 @@ func (m *MemoryStore) Release(_ context.Context, id string) error {
 
 func (m *MemoryStore) release(id string) {
 	for _, k := range m.holdKeys[id] {
+		// An empty map stays for the counter's next hold (a map made and dropped per request
+		// was most of what a hold allocated); the counter's spend stays too.
 		delete(m.holds[k], id)
-		if len(m.holds[k]) == 0 {
-			delete(m.holds, k)
-		}
 	}
 	delete(m.holdKeys, id)
 }
