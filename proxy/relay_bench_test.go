@@ -3,6 +3,9 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"github.com/ctxproxy/ctxproxy/limits"
+	"github.com/ctxproxy/ctxproxy/tokens"
+	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	"net/http"
 	"net/url"
@@ -79,7 +82,15 @@ const (
 	benchKeyOff     = "sk-bench-off"
 	benchKeyEnforce = "sk-bench-enforce"
 	benchKeyMemory  = "sk-bench-memory"
+	benchKeyCapped  = "sk-bench-capped"
 )
+
+// benchLimits are the capped tenant's limits: caps (tenant daily and monthly, per user daily)
+// and per-minute limits no request reaches, so each one is admitted, held and settled.
+const benchLimits = "limits:\n  user_from: key\n" +
+	"  spend: [{ period: daily, usd: 1000000000 }, { period: monthly, usd: 1000000000 }]\n" +
+	"  per_user_spend: [{ period: daily, usd: 1000000000 }]\n" +
+	"  requests_per_minute: 1000000000\n  input_tokens_per_minute: 1000000000\n"
 
 func benchPolicyStore(b *testing.B) *policy.Store {
 	b.Helper()
@@ -91,6 +102,7 @@ func benchPolicyStore(b *testing.B) *policy.Store {
 		"off.yaml":     "tenant: off\napi_keys_sha256: [\"" + sha(benchKeyOff) + "\"]\ncontext_management:\n  mode: off\nmemory:\n  mode: off\n",
 		"enforce.yaml": "tenant: enforce\napi_keys_sha256: [\"" + sha(benchKeyEnforce) + "\"]\n" + cm + "memory:\n  mode: inject\n",
 		"memory.yaml":  "tenant: memory\napi_keys_sha256: [\"" + sha(benchKeyMemory) + "\"]\n" + cm + "memory:\n  mode: proxy\n",
+		"capped.yaml":  "tenant: capped\napi_keys_sha256: [\"" + sha(benchKeyCapped) + "\"]\n" + cm + "memory:\n  mode: inject\n" + benchLimits,
 	}
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
@@ -215,6 +227,37 @@ func BenchmarkServeNoCacheTracking(b *testing.B) {
 	benchServe(b, s, nil)
 }
 
+// BenchmarkServeCapped is BenchmarkServe's small enforce request from a tenant with spend caps
+// and per-minute limits in the memory stores (admitted, held, settled): what caps cost a
+// request, against BenchmarkServe/small/enforce.
+func BenchmarkServeCapped(b *testing.B) {
+	s := newBenchServer(b)
+	s.cfg.Limits = limits.New(limits.Config{Spend: limits.NewMemoryStore(), Rate: limits.NewMemoryRate(),
+		Prices: tokens.BuiltinPrices(), Metrics: limits.NewMetrics(prometheus.NewRegistry())})
+	body := benchSmallBody(false)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		w := &discardWriter{}
+		s.ServeHTTP(w, benchRequest(body, benchKeyCapped, nil))
+		if w.n == 0 || w.Header().Get(limits.HeaderStatus) == "" {
+			b.Fatal("no capped reply")
+		}
+	}
+}
+
+// benchRequest is a request as net/http's server hands it over, built directly: what the
+// server allocates to parse one is not the proxy's cost.
+func benchRequest(body []byte, key string, header func(http.Header)) *http.Request {
+	h := http.Header{"Content-Type": {"application/json"}, "Anthropic-Version": {"2023-06-01"}, "X-Api-Key": {key}}
+	if header != nil {
+		header(h)
+	}
+	return &http.Request{Method: http.MethodPost, URL: &url.URL{Path: "/v1/messages"}, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: h, Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)), Host: "ctxproxy.test",
+		RemoteAddr: "127.0.0.1:1234", RequestURI: "/v1/messages"}
+}
+
 // BenchmarkServeTraced is BenchmarkServe with traces on, every span sampled
 // and batched to an exporter that drops them: what tracing costs the proxy
 // itself (compare with BenchmarkServe, which has tracing off).
@@ -258,18 +301,7 @@ func benchServe(b *testing.B, s *Server, header func(http.Header)) {
 		{"stream 200 events/enforce", benchKeyEnforce, stream},
 		{"stream 200 events/memory proxy", benchKeyMemory, stream},
 	}
-	target, _ := url.Parse("/v1/messages")
-	// A request as net/http's server hands it over, built directly: what the
-	// server allocates to parse one is not the proxy's cost.
-	newReq := func(body []byte, key string) *http.Request {
-		h := http.Header{"Content-Type": {"application/json"}, "Anthropic-Version": {"2023-06-01"}, "X-Api-Key": {key}}
-		if header != nil {
-			header(h)
-		}
-		return &http.Request{Method: http.MethodPost, URL: target, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-			Header: h, Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)), Host: "ctxproxy.test",
-			RemoteAddr: "127.0.0.1:1234", RequestURI: "/v1/messages"}
-	}
+	newReq := func(body []byte, key string) *http.Request { return benchRequest(body, key, header) }
 	// The harness alone (request, in-memory upstream, reply writer) for
 	// subtracting from the rows below.
 	b.Run("harness alone", func(b *testing.B) {
