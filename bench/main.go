@@ -131,7 +131,25 @@ const (
 	keyLimited = "sk-ant-bench-limited"
 	// keyNoHistory is row 5's memory proxy tenant with memory.history off.
 	keyNoHistory = "sk-ant-bench-memory-no-history"
+	// keyShadow is row 4's tenant with the policy lab measuring two candidates on 5% of its
+	// requests (row 4s); keyShadowBounded the same with max_per_minute 1, so the lab makes
+	// (almost) none of its calls: what the lab costs the request path alone (row 4s0).
+	keyShadow        = "sk-ant-bench-shadow"
+	keyShadowBounded = "sk-ant-bench-shadow-bounded"
 )
+
+// shadowPolicy is the policy lab of rows 4s and 4s0 at sample 0.05 (%d: max_per_minute).
+const shadowPolicy = `shadow:
+  sample: 0.05
+  max_per_minute: %d
+  candidates:
+    - name: keep-5-at-80k
+      context_management:
+        mode: enforce
+        clear_tool_uses: { trigger: { type: input_tokens, value: 80000 }, keep: { type: tool_uses, value: 5 } }
+    - name: no-edits
+      context_management: { mode: off }
+`
 
 // limitsPolicy gives row 4's tenant spend caps and per-minute limits far above what a run
 // spends, so every request is checked, held and settled and none is refused.
@@ -187,6 +205,10 @@ func benchPolicies() map[string]string {
 			"memory:\n  mode: proxy\n  max_iterations: 10\n",
 		"memory-nohist.yaml": "tenant: memory-nohist\napi_keys_sha256: [\"" + sha(keyNoHistory) + "\"]\n" + cmEdits +
 			"memory:\n  mode: proxy\n  max_iterations: 10\n  history:\n    keep_days: 0\n",
+		"shadow.yaml": "tenant: shadow\napi_keys_sha256: [\"" + sha(keyShadow) + "\"]\n" + cmEdits +
+			"memory:\n  mode: inject\n" + fmt.Sprintf(shadowPolicy, 1_000_000),
+		"shadow-bounded.yaml": "tenant: shadow-bounded\napi_keys_sha256: [\"" + sha(keyShadowBounded) + "\"]\n" + cmEdits +
+			"memory:\n  mode: inject\n" + fmt.Sprintf(shadowPolicy, 1),
 	}
 }
 
@@ -258,6 +280,13 @@ var allRows = []rowSpec{
 	// 4n is the same load with tracking off.
 	{id: "4n", name: "ctxproxy as 4, --debug-no-cache-tracking (no conversation lookup)", kind: "ctxproxy", key: keyEnforce,
 		loads: []string{"small", "large"}, args: []string{"--debug-no-cache-tracking"}},
+	// The policy lab at sample 0.05: 4s makes its count_tokens calls (the lab's own work is
+	// 4s − 4s0), 4s0 samples and copies the same requests but its max_per_minute of 1 drops
+	// (nearly) every call: the client-facing cost, against row 4.
+	{id: "4s", name: "ctxproxy as 4 + shadow: 2 candidates at sample 0.05 (the lab's calls made)", kind: "ctxproxy", key: keyShadow,
+		loads: []string{"small", "large"}},
+	{id: "4s0", name: "ctxproxy as 4s, max_per_minute 1: sampled and copied, (nearly) no lab call made (client-facing cost)", kind: "ctxproxy",
+		key: keyShadowBounded, loads: []string{"small", "large"}},
 	{id: "4c0", name: "ctxproxy as 4, caps and rate limits configured for another tenant only", kind: "ctxproxy", key: keyEnforce,
 		loads: []string{"small"}, caps: true},
 	{id: "4t0", name: "ctxproxy as 4, tracing configured (OTLP/HTTP), sampler always_off", kind: "ctxproxy", key: keyEnforce,
