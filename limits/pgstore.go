@@ -178,6 +178,39 @@ var PGSchema = pgmigrate.Schema{Name: "limits", Versions: [][]string{
 		)`,
 		`CREATE INDEX ctxproxy_batches_expires ON ctxproxy_batches (expires_at)`,
 	},
+	{
+		// Version 4: rolling windows (WindowStore, the memory gate's writes per minute): one row
+		// per event, counted under an advisory lock on the key so that concurrent takes of a key
+		// are counted one after the other. A take drops its key's events past the window, and a
+		// few of any key's (idle users' rows do not stay).
+		`CREATE TABLE ctxproxy_window (
+			key   text   NOT NULL,
+			at_ns bigint NOT NULL
+		)`,
+		`CREATE INDEX ctxproxy_window_key ON ctxproxy_window (key, at_ns)`,
+		`CREATE INDEX ctxproxy_window_at ON ctxproxy_window (at_ns)`,
+		`CREATE FUNCTION ctxproxy_window_take(p_key text, p_max bigint, p_window_ns bigint)
+			RETURNS bigint LANGUAGE plpgsql AS $$
+		DECLARE
+			now_ns bigint := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint * 1000;
+			n bigint;
+			oldest bigint;
+		BEGIN
+			SET LOCAL synchronous_commit = off;
+			PERFORM pg_advisory_xact_lock(hashtextextended('ctxproxy_window:' || p_key, 0));
+			DELETE FROM ctxproxy_window WHERE key = p_key AND at_ns <= now_ns - p_window_ns;
+			DELETE FROM ctxproxy_window WHERE ctid IN (
+				SELECT ctid FROM ctxproxy_window WHERE at_ns <= now_ns - p_window_ns LIMIT 8);
+			SELECT count(*) INTO n FROM ctxproxy_window WHERE key = p_key;
+			IF n < p_max THEN
+				INSERT INTO ctxproxy_window (key, at_ns) VALUES (p_key, now_ns);
+				RETURN 0; -- counted
+			END IF;
+			SELECT w.at_ns INTO oldest FROM ctxproxy_window w WHERE w.key = p_key
+				ORDER BY w.at_ns OFFSET n - p_max LIMIT 1;
+			RETURN greatest(oldest + p_window_ns - now_ns, 1); -- refused: nanoseconds until one leaves
+		END $$`,
+	},
 }}
 
 // OpenPGStore connects to url and brings the schema up to date.

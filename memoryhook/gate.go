@@ -1,6 +1,7 @@
 package memoryhook
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -13,13 +14,21 @@ import (
 // the write. Operators' writes carry no Gate.
 type Gate struct {
 	RefuseSecrets bool
-	MaxPerMinute  int        // 0: no rate limit
-	Rate          *WriteRate // shared by every request of the process
-	Who           string     // whose writes are counted: the tenant and user
+	MaxPerMinute  int          // 0: no rate limit
+	Rate          WriteCounter // shared by every request of the process, or by the replicas
+	Who           string       // whose writes are counted: the tenant and user
+}
+
+// WriteCounter counts a user's writes over a rolling minute. WriteRate counts in this process;
+// the proxy counts in its limits store when replicas share one.
+type WriteCounter interface {
+	// Allow counts one write of who and reports whether it is within max a rolling minute; a
+	// refused write is not counted.
+	Allow(ctx context.Context, who string, max int) bool
 }
 
 // admit checks a write of text (nil for delete and rename) and counts it.
-func (g *Gate) admit(text []byte) error {
+func (g *Gate) admit(ctx context.Context, text []byte) error {
 	if g == nil {
 		return nil
 	}
@@ -28,7 +37,7 @@ func (g *Gate) admit(text []byte) error {
 			return secretRefusal(s.Kind)
 		}
 	}
-	if g.MaxPerMinute > 0 && g.Rate != nil && !g.Rate.Allow(g.Who, g.MaxPerMinute) {
+	if g.MaxPerMinute > 0 && g.Rate != nil && !g.Rate.Allow(ctx, g.Who, g.MaxPerMinute) {
 		return &Refusal{Reason: RefusedRate, Err: errorf("Memory write refused: this user's memory takes at most %d writes a minute; wait a minute, then write again.", g.MaxPerMinute)}
 	}
 	return nil
@@ -53,7 +62,7 @@ func secretRefusal(kind string) error {
 }
 
 // WriteRate counts writes per user over a rolling minute, in this
-// process (replicas count apart).
+// process (replicas count apart: limits.WindowStore counts across them).
 type WriteRate struct {
 	mu    sync.Mutex
 	now   func() time.Time
@@ -71,7 +80,7 @@ func NewWriteRate(now func() time.Time) *WriteRate {
 
 // Allow counts one write of who and reports whether it is within max a
 // rolling minute; a refused write is not counted.
-func (r *WriteRate) Allow(who string, max int) bool {
+func (r *WriteRate) Allow(_ context.Context, who string, max int) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()

@@ -166,7 +166,7 @@ func (c *commands) Create(ctx context.Context, sc Scope, p Path, text string) (s
 	if err := sc.Limits.checkWrite(p, data); err != nil {
 		return "", err
 	}
-	if err := sc.Gate.admit(data); err != nil {
+	if err := sc.Gate.admit(ctx, data); err != nil {
 		return "", err
 	}
 	switch err := c.b.Create(ctx, sc, p, data); {
@@ -210,7 +210,7 @@ func (c *commands) StrReplace(ctx context.Context, sc Scope, p Path, oldStr, new
 	if len(sc.Mounts) > 0 {
 		return c.routedStrReplace(ctx, sc, p, oldStr, newStr)
 	}
-	if err := sc.Gate.admit([]byte(newStr)); err != nil {
+	if err := sc.Gate.admit(ctx, []byte(newStr)); err != nil {
 		return "", err
 	}
 	var msg string
@@ -233,7 +233,7 @@ func (c *commands) Insert(ctx context.Context, sc Scope, p Path, line int, text 
 	if len(sc.Mounts) > 0 {
 		return c.routedInsert(ctx, sc, p, line, text)
 	}
-	if err := sc.Gate.admit([]byte(text)); err != nil {
+	if err := sc.Gate.admit(ctx, []byte(text)); err != nil {
 		return "", err
 	}
 	err = c.update(ctx, sc, p, func(old []byte) ([]byte, error) {
@@ -256,7 +256,7 @@ func (c *commands) Delete(ctx context.Context, sc Scope, p Path) (string, error)
 	if p.IsRoot() {
 		return "", errorf("Cannot delete the /memories directory itself")
 	}
-	if err := sc.Gate.admit(nil); err != nil {
+	if err := sc.Gate.admit(ctx, nil); err != nil {
 		return "", err
 	}
 	switch err := c.b.Delete(ctx, sc, p); {
@@ -279,7 +279,7 @@ func (c *commands) Rename(ctx context.Context, sc Scope, from, to Path) (string,
 	if from.IsRoot() {
 		return "", errorf("Cannot rename the /memories directory itself")
 	}
-	if err := sc.Gate.admit(nil); err != nil {
+	if err := sc.Gate.admit(ctx, nil); err != nil {
 		return "", err
 	}
 	exists := errorf("The destination %s already exists", to.Raw())

@@ -90,9 +90,10 @@ type Server struct {
 	// leadShapes is, per tenant, the leadShape of its last large body: the next
 	// one's upload starts with it (lead.go).
 	leadShapes sync.Map
-	// writeRate counts the model's memory writes per user (memory.gate);
+	// writeRate counts the model's memory writes per user (memory.gate): in
+	// the limits store when replicas share one (gaterate.go), else here;
 	// seeded holds the stores whose template was seen to (memory.go).
-	writeRate *memoryhook.WriteRate
+	writeRate memoryhook.WriteCounter
 	seeded    sync.Map
 }
 
@@ -126,7 +127,7 @@ func New(cfg Config) (*Server, error) {
 		log: cfg.Log,
 		up:  &upstream{base: cfg.Upstream, client: &http.Client{Transport: rt, CheckRedirect: noRedirect}},
 
-		writeRate: memoryhook.NewWriteRate(nil),
+		writeRate: gateRate(cfg.Limits, cfg.Log),
 	}
 	s.trim = newIdleTrim(rt)
 	s.router = s.routes()
