@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -48,6 +49,7 @@ type memoryLoop struct {
 	// (pieces of its buffer and the policy's additions), sent without joining them, as most
 	// requests make no memory round; nextBody builds a whole one when a round does.
 	parts    [][]byte
+	msgEnd   partPos // where parts' messages array closes, when known: spliceRound
 	round    int
 	clientID string // the reply id the client sees
 	// firstID: the client sees the first round's id (a spliced stream
@@ -64,10 +66,11 @@ type memoryLoop struct {
 // client and returns false. A streamed reply shows the first round's id (its
 // first message_start), a whole one the last reply's.
 func (x *exchange) startLoop() bool {
-	x.loop = memoryLoop{parts: x.req.parts, firstID: x.req.info.Stream, retry: x.who.retry}
+	x.loop = memoryLoop{parts: x.req.parts, msgEnd: x.req.msgEnd, firstID: x.req.info.Stream, retry: x.who.retry}
 	if !x.who.memory || !x.req.info.ThreadContinue {
 		return true
 	}
+	x.loop.msgEnd = partPos{}
 	body, err := x.applyContinuation(x.r.Context(), joinParts(x.req.parts))
 	if err != nil {
 		x.fail(http.StatusServiceUnavailable, "api_error", "memory store unavailable: "+err.Error())
@@ -131,13 +134,130 @@ func (x *exchange) advance(ctx context.Context, e roundEnd, assistant func() []b
 	if !x.req.info.Threaded {
 		asst = assistant()
 	}
-	body, err := nextBody(l.parts, e.id, asst, results, x.conv.asked)
-	if err != nil {
-		return false, "", fmt.Errorf("continue memory loop: %w", err)
+	if parts, end, ok := spliceRound(l.parts, l.msgEnd, e.id, asst, results, x.conv.asked); ok && !x.req.info.Threaded {
+		l.parts, l.msgEnd = parts, end
+	} else {
+		body, err := nextBody(l.parts, e.id, asst, results, x.conv.asked)
+		if err != nil {
+			return false, "", fmt.Errorf("continue memory loop: %w", err)
+		}
+		l.parts, l.msgEnd = [][]byte{body}, partPos{}
 	}
-	l.parts = [][]byte{body}
 	l.round++
 	return true, "", nil
+}
+
+// partPos is a byte of a body in pieces: parts[part][idx].
+type partPos struct {
+	part, idx int
+	ok        bool
+}
+
+// posIn finds body[off] among parts, which alias body where the rewrite kept its bytes (by
+// address: the rewrite leaves kept bytes where they were); not ok when no part holds it.
+func posIn(parts [][]byte, body []byte, off int) partPos {
+	if off < 0 || off >= len(body) {
+		return partPos{}
+	}
+	at := uintptr(unsafe.Pointer(&body[off]))
+	for i, p := range parts {
+		if len(p) == 0 {
+			continue
+		}
+		start := uintptr(unsafe.Pointer(unsafe.SliceData(p)))
+		if at >= start && at < start+uintptr(len(p)) && p[at-start] == ']' {
+			return partPos{part: i, idx: int(at - start), ok: true}
+		}
+	}
+	return partPos{}
+}
+
+// diagPrefix opens the diagnostics member askDiagnostics adds (appendDiagnostics).
+const diagPrefix = `"diagnostics":{"previous_message_id":`
+
+// spliceRound is nextBody for a full-history request whose messages array closes at end in
+// parts: the next request's parts are the same pieces, the one holding the ']' cut there with
+// the round's turns between, and, when the request asks the cache diagnosis, a new last piece
+// naming replyID (askDiagnostics put the field in the last piece). Nothing of the transcript
+// is copied or read again: a round on a 1 MiB body costs what it does on a small one. The
+// pieces of the client's buffer stay valid for every round: it is released when the request
+// is over. Not ok when end is not known or the field is not where askDiagnostics puts it.
+func spliceRound(parts [][]byte, end partPos, replyID string, assistant, results []byte, diagnose bool) ([][]byte, partPos, bool) {
+	if !end.ok || end.part >= len(parts) || end.idx >= len(parts[end.part]) || parts[end.part][end.idx] != ']' {
+		return nil, partPos{}, false
+	}
+	p := parts[end.part]
+	turns := make([]byte, 0, len(assistant)+len(results)+64)
+	if !emptyBefore(parts, end) {
+		turns = append(turns, ',')
+	}
+	turns = append(turns, `{"role":"assistant","content":`...)
+	turns = append(turns, assistant...)
+	turns = append(turns, `},{"role":"user","content":`...)
+	turns = append(turns, results...)
+	turns = append(turns, '}')
+	out := make([][]byte, 0, len(parts)+2)
+	out = append(out, parts[:end.part]...)
+	if end.idx > 0 {
+		out = append(out, p[:end.idx])
+	}
+	out = append(out, turns)
+	next := partPos{part: len(out), idx: 0, ok: true}
+	out = append(out, p[end.idx:])
+	out = append(out, parts[end.part+1:]...)
+	if diagnose {
+		last, ok := withPreviousID(out[len(out)-1], replyID)
+		if !ok {
+			return nil, partPos{}, false
+		}
+		out[len(out)-1] = last // a copy of the last piece: the ']' at next stays first in it when it is there
+	}
+	return out, next, true
+}
+
+// withPreviousID is lp, the last piece of a request, with the value of the diagnostics field
+// askDiagnostics put in it replaced by replyID, padded as appendDiagnostics pads it.
+func withPreviousID(lp []byte, replyID string) ([]byte, bool) {
+	i := bytes.LastIndex(lp, []byte(diagPrefix))
+	if i < 0 {
+		return nil, false
+	}
+	v := i + len(diagPrefix)
+	old := gjson.Parse(bstr(lp[v:]))
+	if old.Type != gjson.String && old.Type != gjson.Null {
+		return nil, false
+	}
+	rest := v + len(old.Raw)
+	for rest < len(lp) && lp[rest] == ' ' {
+		rest++
+	}
+	last := make([]byte, 0, len(lp)+len(replyID)+diagValueWidth)
+	last = jsonstr.Append(append(last, lp[:v]...), replyID)
+	for len(last)-v < diagValueWidth {
+		last = append(last, ' ')
+	}
+	return append(last, lp[rest:]...), true
+}
+
+// emptyBefore reports whether the array closing at end has no elements: only whitespace back
+// to its '['.
+func emptyBefore(parts [][]byte, end partPos) bool {
+	for i, j := end.part, end.idx-1; i >= 0; i-- {
+		p := parts[i]
+		if i != end.part {
+			j = len(p) - 1
+		}
+		for ; j >= 0; j-- {
+			switch p[j] {
+			case ' ', '\t', '\n', '\r':
+				continue
+			case '[':
+				return true
+			}
+			return false
+		}
+	}
+	return false
 }
 
 // nextBody is the request that continues the loop after reply replyID, from

@@ -63,3 +63,57 @@ func TestNextBodyFromPartsIsTheJoinedBodyContinued(t *testing.T) {
 		}
 	})
 }
+
+// TestSpliceRoundContinuesThePiecesWithoutCopyingThem: a memory round on a body in pieces
+// whose messages end is known adds its turns between the pieces, leaves the client's pieces
+// as they are (the same arrays), and names the reply in the diagnostics field askDiagnostics
+// added; two rounds in a row make the request nextBody makes.
+func TestSpliceRoundContinuesThePiecesWithoutCopyingThem(t *testing.T) {
+	asst, results := []byte(`[{"type":"tool_use","id":"toolu_1","name":"memory","input":{"command":"view","path":"/memories"}}]`),
+		[]byte(`[{"type":"tool_result","tool_use_id":"toolu_1","content":"ok"}]`)
+	for _, body := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":9}`,
+		`{"model":"m","messages":[ ]}`,
+	} {
+		for _, diagnose := range []bool{false, true} {
+			for cut := 1; cut < len(body); cut += 5 {
+				client := []byte(body)
+				parts := [][]byte{client[:cut], client[cut:]}
+				if diagnose { // as askDiagnostics: the field before the last '}', in a piece of its own
+					v := &conversation{asked: true}
+					parts = v.withDiagnostics(parts)
+				}
+				m := gjson.Get(body, "messages")
+				end := posIn(parts, client, m.Index+len(m.Raw)-1)
+				if !end.ok {
+					t.Fatalf("cut %d: the messages' end not found in the pieces", cut)
+				}
+				want := [][]byte{joinParts(parts)}
+				got := parts
+				for round, id := range []string{"msg_1", "msg_2"} {
+					var ok bool
+					if got, end, ok = spliceRound(got, end, id, asst, results, diagnose); !ok {
+						t.Fatalf("cut %d, round %d: not spliced", cut, round)
+					}
+					w, err := nextBody(want, id, asst, results, diagnose)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want = [][]byte{w}
+					g := joinParts(got)
+					if !gjson.ValidBytes(g) {
+						t.Fatalf("cut %d, round %d: not JSON: %s", cut, round, g)
+					}
+					for _, path := range []string{"messages", "model", "max_tokens", "diagnostics.previous_message_id"} {
+						if a, b := gjson.GetBytes(g, path).Raw, gjson.GetBytes(w, path).Raw; a != b {
+							t.Fatalf("cut %d, round %d, %s: %s, nextBody makes %s", cut, round, path, a, b)
+						}
+					}
+				}
+				if &got[0][0] != &client[0] {
+					t.Fatalf("cut %d: the client's first piece was copied", cut)
+				}
+			}
+		}
+	}
+}

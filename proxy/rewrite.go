@@ -36,6 +36,10 @@ type request struct {
 	parts  [][]byte           // its body, in pieces that alias the client's
 	info   policy.RewriteInfo // what the rewrite read and did (model, stream, edits; zero for a batch)
 	items  []policy.BatchItem // a batch's requests, for the limits
+	// msgEnd is the closing ']' of the messages array in parts, where a memory round adds its
+	// turns (spliceRound); not found for a body rewritten in place or one with its own
+	// diagnostics.
+	msgEnd partPos
 }
 
 // rewrite applies the tenant's policy to the client's body: a Messages or
@@ -68,6 +72,9 @@ func (x *exchange) rewrite(body []byte) (request, conversation, bool) {
 		conv = x.openConversation(body, &info.Top)
 	}
 	conv.askDiagnostics(&q, inPlace)
+	if m := info.Top.Messages; !inPlace && m.End > m.Start && info.Top.Diagnostics.End == 0 {
+		q.msgEnd = posIn(q.parts, body, m.End-1)
+	}
 	return q, conv, true
 }
 
