@@ -17,6 +17,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"math"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -92,6 +93,9 @@ type Request struct {
 	Model     string
 	BodyBytes int   // the size of the body, for the input token estimate
 	MaxTokens int64 // the request's max_tokens (0 when absent)
+	// Rounds is how many model calls the request may make (max_iterations in memory proxy
+	// mode, where max_tokens bounds each call); 0 or 1: one.
+	Rounds int64
 }
 
 // EstimateInputTokens is the input tokens a body of n bytes is held to before the reply says:
@@ -110,7 +114,8 @@ type Ticket struct {
 	tenant   string
 	id       string
 	counters []Counter
-	held     bool // a reservation is held in the store
+	held     bool   // a reservation is held in the store
+	loopID   string // the hold of a memory loop's further rounds, "" when none
 	done     atomic.Bool
 	header   http.Header // the unified headers for every response, nil for an uncapped tenant
 }
@@ -123,8 +128,21 @@ func (e *Enforcer) Admit(ctx context.Context, req Request) (*Ticket, *Refusal) {
 		return nil, nil
 	}
 	input := EstimateInputTokens(req.BodyBytes)
-	amount := holdAmount(e.price(req.Model), input, OutputHold(&pol.Limits, req.MaxTokens))
-	return e.admit(ctx, pol, req.User, admission{requests: 1, input: input, amount: amount, what: "this request"})
+	p, out := e.price(req.Model), OutputHold(&pol.Limits, req.MaxTokens)
+	a := admission{requests: 1, input: input, amount: holdAmount(p, input, out), what: "this request"}
+	if req.Rounds > 1 {
+		// max_tokens bounds each model call: a memory loop's rounds may each write that much.
+		a.rounds = holdAmount(p, 0, satMul(out, req.Rounds-1))
+	}
+	return e.admit(ctx, pol, req.User, a)
+}
+
+// satMul is a×b for non-negative a and b, saturating at the largest int64.
+func satMul(a, b int64) int64 {
+	if a != 0 && b > math.MaxInt64/a {
+		return math.MaxInt64
+	}
+	return a * b
 }
 
 // admission is what one admission charges: per-minute requests and input tokens, and the
@@ -132,7 +150,10 @@ func (e *Enforcer) Admit(ctx context.Context, req Request) (*Ticket, *Refusal) {
 type admission struct {
 	requests, input int64
 	amount          tokens.Money
-	what            string
+	// rounds is what a memory loop's further rounds would hold on top of amount: held as far as
+	// the caps leave room once amount is held, never a reason to refuse.
+	rounds tokens.Money
+	what   string
 }
 
 // admit checks a of a tenant with limits, holding a.amount on its spend counters.
@@ -163,10 +184,32 @@ func (e *Enforcer) admit(ctx context.Context, pol *policy.Policy, user string, a
 		return nil, e.refuseSpend(pol, ss, res, res.Refused, a.amount, a.what, now)
 	}
 	t.held = true
+	if a.rounds > 0 {
+		e.holdRounds(ctx, t, res, a)
+	}
 	t.header = make(http.Header, 8)
 	unifiedHeaders(t.header, binding(ss), now, "")
 	e.cfg.Metrics.observeStanding(t.tenant, ss)
 	return t, nil
+}
+
+// holdRounds holds, under a second id, what a memory loop's further rounds may cost, bounded by
+// what the caps left once the request's own hold was taken (res): a loop is admitted by its
+// first call, and holds the rest of the cap at most. Another request may take the room in
+// between; then the rounds hold nothing more, as before.
+func (e *Enforcer) holdRounds(ctx context.Context, t *Ticket, res Reservation, a admission) {
+	left := a.rounds
+	for i, c := range t.counters {
+		left = min(left, c.Cap-res.Spent[i]-res.Reserved[i]-a.amount)
+	}
+	if left <= 0 {
+		return
+	}
+	id := t.id + "-rounds"
+	r, err := e.cfg.Spend.Reserve(ctx, id, t.tenant, t.counters, left, e.cfg.HoldTTL)
+	if err == nil && r.Refused < 0 {
+		t.loopID = id
+	}
 }
 
 // OutputHold is the output tokens a request with max_tokens maxTokens (0: absent) holds against
@@ -275,6 +318,19 @@ func (t *Ticket) Settle(ctx context.Context, cost tokens.Money) {
 		return
 	}
 	t.e.settle(ctx, t.id, t.tenant, t.counters, cost)
+	t.releaseRounds(ctx)
+}
+
+// releaseRounds drops the hold of a memory loop's further rounds.
+func (t *Ticket) releaseRounds(ctx context.Context) {
+	if t.loopID == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := t.e.cfg.Spend.Release(ctx, t.loopID); err != nil {
+		t.e.cfg.Log.Warn("spend hold not released; it expires by itself", zap.String("tenant", t.tenant), zap.Error(err))
+	}
 }
 
 // settle charges cost to counters cs of tenant and drops hold id (none when ""). The request is
@@ -303,4 +359,5 @@ func (t *Ticket) Release(ctx context.Context) {
 		// The hold expires by itself after the hold TTL.
 		t.e.cfg.Log.Warn("spend hold not released; it expires by itself", zap.String("tenant", t.tenant), zap.Error(err))
 	}
+	t.releaseRounds(ctx)
 }

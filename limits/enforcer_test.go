@@ -323,3 +323,71 @@ func TestUnifiedHeaderNamesAreCanonical(t *testing.T) {
 		}
 	}
 }
+
+// heldNow sums the unexpired holds on the tenant's daily counter.
+func (r *rig) heldNow() tokens.Money {
+	r.spend.mu.Lock()
+	defer r.spend.mu.Unlock()
+	key, _ := Bucket(policy.Daily, r.now)
+	var sum tokens.Money
+	for _, h := range r.spend.holds[counterKey{"acme", "", key}] {
+		sum = sum.Plus(h.amount)
+	}
+	return sum
+}
+
+// max_tokens bounds each model call, so a memory loop's request holds its rounds too:
+// max_iterations × the output hold, as far as the cap leaves room, never refused for them.
+func TestAMemoryLoopHoldsItsRoundsBoundedByWhatTheCapLeaves(t *testing.T) {
+	const capOnly = "limits:\n  spend: [{period: daily, usd: 1}]\n"
+	loop := func(pol *policy.Policy) Request {
+		req := smallRequest(pol, "")
+		req.Rounds = 10
+		return req
+	}
+	t.Run("far under the cap: the first call's hold and nine more rounds of output", func(t *testing.T) {
+		r := newRig(t)
+		tk, ref := r.e.Admit(context.Background(), loop(parsePolicy(t, capOnly)))
+		if ref != nil {
+			t.Fatal(ref.Message)
+		}
+		// $0.0011 + 9 × 100 output tokens at $10/M ($0.009).
+		if got, want := r.heldNow(), tokens.Money(1_100_000+9_000_000); got != want {
+			t.Errorf("held %s, want %s", got, want)
+		}
+		tk.Settle(context.Background(), tokens.Money(500_000))
+		if got := r.heldNow(); got != 0 {
+			t.Errorf("held %s after settling", got)
+		}
+	})
+	t.Run("near the cap: the rounds hold what is left, and the request is admitted", func(t *testing.T) {
+		r := newRig(t)
+		r.charge(t, "", tokens.Money(995_000_000)) // $0.995 of the $1 cap
+		tk, ref := r.e.Admit(context.Background(), loop(parsePolicy(t, capOnly)))
+		if ref != nil {
+			t.Fatal(ref.Message)
+		}
+		if got, want := r.heldNow(), tokens.Money(5_000_000); got != want {
+			t.Errorf("held %s, want the %s the cap left", got, want)
+		}
+		// A second request finds the cap held to the last nano-dollar.
+		if _, ref := r.e.Admit(context.Background(), smallRequest(parsePolicy(t, capOnly), "")); ref == nil {
+			t.Error("a second request fits under a cap the loop holds")
+		}
+		tk.Release(context.Background())
+		if got := r.heldNow(); got != 0 {
+			t.Errorf("held %s after release", got)
+		}
+	})
+	t.Run("one round: the hold of one call", func(t *testing.T) {
+		r := newRig(t)
+		req := loop(parsePolicy(t, capOnly))
+		req.Rounds = 1
+		if _, ref := r.e.Admit(context.Background(), req); ref != nil {
+			t.Fatal(ref.Message)
+		}
+		if got, want := r.heldNow(), tokens.Money(1_100_000); got != want {
+			t.Errorf("held %s, want %s", got, want)
+		}
+	})
+}

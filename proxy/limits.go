@@ -22,6 +22,9 @@ func (x *exchange) checkLimits(q *request, bodyBytes int) (*limits.Ticket, bool)
 	case epMessages:
 		req := limits.Request{Policy: pol, Model: q.info.Model, BodyBytes: bodyBytes, MaxTokens: q.info.MaxTokens,
 			User: limits.UserOf(l, x.who.keyID, x.r.Header, q.info.MetadataUserID)}
+		if x.who.memory {
+			req.Rounds = int64(x.maxIterations()) // the memory loop's calls, each bounded by max_tokens
+		}
 		return x.admitted(e.Admit(x.r.Context(), req))
 	case epBatchCreate:
 		user, ok := x.batchUser(l, q.items)
