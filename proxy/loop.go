@@ -134,7 +134,7 @@ func (x *exchange) advance(ctx context.Context, e roundEnd, assistant func() []b
 	if !x.req.info.Threaded {
 		asst = assistant()
 	}
-	if parts, end, ok := spliceRound(l.parts, l.msgEnd, e.id, asst, results, x.conv.asked); ok && !x.req.info.Threaded {
+	if parts, end, ok := spliceRound(l.parts, l.msgEnd, e.id, asst, results, x.conv.asked); ok {
 		l.parts, l.msgEnd = parts, end
 	} else {
 		body, err := nextBody(l.parts, e.id, asst, results, x.conv.asked)

@@ -37,8 +37,8 @@ type request struct {
 	info   policy.RewriteInfo // what the rewrite read and did (model, stream, edits; zero for a batch)
 	items  []policy.BatchItem // a batch's requests, for the limits
 	// msgEnd is the closing ']' of the messages array in parts, where a memory round adds its
-	// turns (spliceRound); not found for a body rewritten in place or one with its own
-	// diagnostics.
+	// turns (spliceRound); not found for a body rewritten in place, a thread or a body with
+	// its own diagnostics.
 	msgEnd partPos
 }
 
@@ -72,7 +72,7 @@ func (x *exchange) rewrite(body []byte) (request, conversation, bool) {
 		conv = x.openConversation(body, &info.Top)
 	}
 	conv.askDiagnostics(&q, inPlace)
-	if m := info.Top.Messages; !inPlace && m.End > m.Start && info.Top.Diagnostics.End == 0 {
+	if m := info.Top.Messages; !inPlace && !info.Threaded && m.End > m.Start && info.Top.Diagnostics.End == 0 {
 		q.msgEnd = posIn(q.parts, body, m.End-1)
 	}
 	return q, conv, true
