@@ -545,6 +545,21 @@ func walkDir(parent *os.Root, name string, fi fs.FileInfo, rel string, depth int
 // returns the usage after it. A failure that may have left the disk
 // half-changed makes the next write recount.
 func (b *fileBackend) write(ctx context.Context, sc Scope, fn func(r *os.Root, u Usage) (Usage, error)) error {
+	var others int64
+	grouped := sc.GroupBytes > 0 && InGroup(sc.Tenant, sc.Group)
+	if grouped {
+		// The group's lock, then the store's: the group's grouped writes go one at a time, so
+		// the sum each checks is the sum it leaves.
+		g := b.state(sc.Group + "~")
+		if err := g.acquire(ctx); err != nil {
+			return err
+		}
+		defer g.release()
+		var err error
+		if others, err = b.groupBytes(ctx, sc.Group, sc.Tenant); err != nil {
+			return err
+		}
+	}
 	t := b.state(sc.Tenant)
 	if err := t.acquire(ctx); err != nil {
 		return err
@@ -559,6 +574,9 @@ func (b *fileBackend) write(ctx context.Context, sc Scope, fn func(r *os.Root, u
 	if err != nil {
 		return raced(err, true) // a recount that met a link swapped in
 	}
+	if grouped {
+		u = u.WithGroup(others, sc.GroupBytes)
+	}
 	after, err := fn(r, u)
 	if err != nil {
 		var me *Error
@@ -568,8 +586,50 @@ func (b *fileBackend) write(ctx context.Context, sc Scope, fn func(r *os.Root, u
 		}
 		return raced(err, true)
 	}
-	t.usage = after
+	t.usage = after.Own()
 	return nil
+}
+
+// groupBytes is what group's stores but except hold: each store's usage read under its own lock
+// (a write to it that is not the group's, an operator's, goes first or after).
+func (b *fileBackend) groupBytes(ctx context.Context, group, except string) (int64, error) {
+	d, err := b.root.Open(".")
+	if err != nil {
+		return 0, err
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, name := range names {
+		if name == except || !InGroup(name, group) || !ValidTenant(name) {
+			continue
+		}
+		u, err := b.storeUsage(ctx, name)
+		if err != nil {
+			return 0, err
+		}
+		sum += u.Bytes
+	}
+	return sum, nil
+}
+
+// storeUsage is store's usage, under its lock.
+func (b *fileBackend) storeUsage(ctx context.Context, store string) (Usage, error) {
+	t := b.state(store)
+	if err := t.acquire(ctx); err != nil {
+		return Usage{}, err
+	}
+	defer t.release()
+	r, err := b.open(ctx, store)
+	if err != nil {
+		return Usage{}, err
+	}
+	defer r.Close()
+	u, err := t.current(r)
+	return u, raced(err, false)
 }
 
 // raced names the errors a path changed after lwalk checked it gives: a

@@ -46,6 +46,17 @@ type Scope struct {
 	// (gate.go); nil for operators.
 	Mounts []Mount
 	Gate   *Gate
+	// Group names the tenant whose stores' sum GroupBytes bounds (the
+	// tenant's max_total_bytes over its own store and its users' and
+	// keys', tenant~…); set per mount by scopes, "" for none.
+	Group      string
+	GroupBytes int64
+}
+
+// InGroup reports whether store is one of group's stores: the tenant's own
+// or a sub-store of it (tenant~…).
+func InGroup(store, group string) bool {
+	return store == group || len(store) > len(group) && store[len(group)] == '~' && store[:len(group)] == group
 }
 
 // MaxLines is the most lines a file may have (the SDKs' limit for view;
@@ -57,7 +68,21 @@ const MaxLines = 999999
 type Usage struct {
 	Bytes   int64
 	Entries int
+	// others and groupMax: the bytes the store's group (Scope.Group) holds
+	// in its other stores, and the bound of the sum (0: none); set by the
+	// backend's write (WithGroup), under the group's lock.
+	others, groupMax int64
 }
+
+// WithGroup is u with the bytes of its group's other stores and the bound
+// of the group's sum (GroupBytes), for CheckUsage and CheckChange.
+func (u Usage) WithGroup(others, max int64) Usage {
+	u.others, u.groupMax = others, max
+	return u
+}
+
+// Own is u without its group's figures, as a store keeps it.
+func (u Usage) Own() Usage { return Usage{Bytes: u.Bytes, Entries: u.Entries} }
 
 // CheckUsage returns the limit error for a tenant that would hold u after a
 // write, or nil. Backends call it inside their lock or transaction, with
@@ -69,6 +94,9 @@ func (l Limits) CheckUsage(u Usage) error {
 	}
 	if u.Entries > l.MaxFiles {
 		return errorf("Memory would hold %d files and directories; the limit is %d.", u.Entries, l.MaxFiles)
+	}
+	if u.groupMax > 0 && u.Bytes > 0 && u.others+u.Bytes > u.groupMax {
+		return errorf("The tenant's memory would hold %d bytes in total (this folder's and every user's); the limit is %d bytes.", u.others+u.Bytes, u.groupMax)
 	}
 	return nil
 }

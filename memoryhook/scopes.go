@@ -80,6 +80,8 @@ func (m *Mount) rebase(p Path) Path {
 
 // scope is sc for m's store: its name and limits, no routing.
 func (m *Mount) scope(sc Scope) Scope {
+	// The tenant's max_total_bytes bounds each store and the sum of all of them.
+	sc.Group, sc.GroupBytes = sc.Tenant, sc.Limits.OrDefaults().MaxTenantBytes
 	sc.Tenant, sc.Limits, sc.Mounts = m.Store, m.Limits.OrDefaults(), nil
 	return sc
 }

@@ -127,15 +127,24 @@ func (b *backend) write(ctx context.Context, sc memoryhook.Scope, fn func(ctx co
 			return err
 		}
 		defer tx.Rollback(ctx) //nolint:errcheck // no-op after Commit; a broken connection is dropped by the pool
+		others, grouped := int64(0), sc.GroupBytes > 0 && memoryhook.InGroup(sc.Tenant, sc.Group)
+		if grouped {
+			if others, err = lockGroup(ctx, tx, sc.Group, sc.Tenant); err != nil {
+				return err
+			}
+		}
 		u, err := lockUsage(ctx, tx, sc.Tenant)
 		if err != nil {
 			return err
 		}
 		before := u
+		if grouped {
+			u = u.WithGroup(others, sc.GroupBytes)
+		}
 		if err := fn(ctx, tx, &u); err != nil {
 			return err
 		}
-		if u != before {
+		if u = u.Own(); u != before {
 			if _, err := tx.Exec(ctx, `UPDATE ctxproxy_memory_usage SET bytes = $2, entries = $3 WHERE tenant = $1`,
 				sc.Tenant, u.Bytes, u.Entries); err != nil {
 				return err
@@ -146,6 +155,21 @@ func (b *backend) write(ctx context.Context, sc memoryhook.Scope, fn func(ctx co
 		}
 		return nil
 	})
+}
+
+// lockGroup takes group's lock for the transaction (the group's grouped writes go one at a time,
+// on every replica, so the sum each checks is the sum it leaves; taken before any usage row) and
+// returns what its stores but except hold.
+func lockGroup(ctx context.Context, tx pgx.Tx, group, except string) (int64, error) {
+	// Two statements: a statement's snapshot is taken when it starts, before a lock it waits for
+	// inside; the sum must see what the lock's previous holder committed.
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('ctxproxy_memory_group:' || $1, 0))`, group); err != nil {
+		return 0, err
+	}
+	var sum int64
+	err := tx.QueryRow(ctx, `SELECT coalesce(sum(bytes), 0) FROM ctxproxy_memory_usage
+		WHERE tenant <> $2 AND (tenant = $1 OR starts_with(tenant, $1 || '~'))`, group, except).Scan(&sum)
+	return sum, err
 }
 
 // lockUsage locks the tenant's usage row, making it on the tenant's first

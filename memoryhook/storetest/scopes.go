@@ -2,6 +2,9 @@ package storetest
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/memoryhook"
@@ -106,4 +109,58 @@ func scopes(t *testing.T, st memoryhook.Store) {
 			}
 		}
 	})
+}
+
+// scopedTotal: each user's store has the tenant's limits of its own, and the tenant's
+// max_total_bytes also bounds the sum of the tenant's stores (its own and its users'): a write
+// that would take the sum over it is refused, a shrinking one never; concurrent writes of
+// several users are checked one after the other.
+func scopedTotal(t *testing.T, st memoryhook.Store) {
+	ctx := context.Background()
+	user := func(own string) memoryhook.Scope {
+		return memoryhook.Scope{Tenant: teamStore, Limits: memoryhook.Limits{MaxTenantBytes: 1000}, Mounts: []memoryhook.Mount{
+			mount(t, "/memories/team", teamStore, true),
+			mount(t, "/memories", own, false),
+		}}
+	}
+	alice, bob := user(aliceStore), user(bobStore)
+	mustOK(t, st, memoryhook.Scope{Tenant: teamStore}, create("/memories/guide.md", strings.Repeat("g", 99)+"\n"))
+	mustOK(t, st, alice, create("/memories/a.md", strings.Repeat("a", 499)+"\n"))
+	for _, c := range []struct {
+		sc       memoryhook.Scope
+		in, want string
+	}{
+		{bob, create("/memories/b.md", strings.Repeat("b", 500)), "Error: The tenant's memory would hold 1100 bytes in total (this folder's and every user's); the limit is 1000 bytes."},
+		{bob, create("/memories/b.md", strings.Repeat("b", 400)), "File created successfully at: /memories/b.md"},
+		{alice, insert("/memories/a.md", 0, "x"), "Error: The tenant's memory would hold 1002 bytes in total (this folder's and every user's); the limit is 1000 bytes."},
+		{alice, replace("/memories/a.md", strings.Repeat("a", 499), "short"), "The memory file has been edited."},
+		{alice, insert("/memories/a.md", 0, "fits now"), "The file /memories/a.md has been edited."},
+	} {
+		if r := memoryhook.Exec(ctx, st, c.sc, []byte(c.in)); !strings.HasPrefix(r.Content, c.want) {
+			t.Errorf("%s:\n got %q\nwant %q…", c.in, r.Content, c.want)
+		}
+	}
+	// Now 100 (team) + 15 (alice) + 400 (bob) = 515: 4 more 100-byte files fit, of 20 written at once by both.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok := 0
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sc := []memoryhook.Scope{alice, bob}[i%2]
+			r := memoryhook.Exec(ctx, st, sc, []byte(create(fmt.Sprintf("/memories/p-%02d.md", i), strings.Repeat("p", 100))))
+			if !r.IsError {
+				mu.Lock()
+				ok++
+				mu.Unlock()
+			} else if !strings.HasPrefix(r.Content, "Error: The tenant's memory would hold ") {
+				t.Errorf("unexpected error: %s", r.Content)
+			}
+		}()
+	}
+	wg.Wait()
+	if ok != 4 {
+		t.Errorf("%d of 20 parallel 100-byte creates by two users succeeded, want 4 (the tenant's 1000 bytes)", ok)
+	}
 }

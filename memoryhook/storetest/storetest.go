@@ -429,6 +429,7 @@ func Run(t *testing.T, newStore func(t *testing.T) memoryhook.Store) {
 	t.Run("ReadsDuringChangesNeverFail", func(t *testing.T) { readsDuringChanges(t, newStore(t)) })
 	t.Run("OverALimitOnlyGrowthIsRefused", func(t *testing.T) { overLimit(t, newStore(t)) })
 	t.Run("Scopes", func(t *testing.T) { scopes(t, newStore(t)) })
+	t.Run("ScopedStoresShareTheTenantsTotal", func(t *testing.T) { scopedTotal(t, newStore(t)) })
 }
 
 // overLimit: a tenant over a limit (lowered since it filled up) can still
