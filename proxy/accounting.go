@@ -52,6 +52,7 @@ func (x *exchange) record(resp *http.Response, r tokens.Reply, meta replyMeta) {
 	c.Iterations = r.Iterations
 	c.ServiceTier = r.ServiceTier
 	c.Edits = r.Edits
+	c.Transformations = r.Transformations
 	c.Cut = r.Cut
 	x.attributeCache(&c, &r)
 	c = x.s.ledger(x.r.Context(), c)
@@ -240,6 +241,9 @@ func (x *exchange) endCallSpan(c *tokens.Call, m replyMeta) {
 		r.AppliedEdits = append(r.AppliedEdits, e.Type)
 		r.ClearedInput += e.ClearedInputTokens
 		r.ClearedTools += e.ClearedToolUses
+	}
+	for _, t := range c.Transformations {
+		r.InputTransformations = append(r.InputTransformations, t.Type+":"+t.Reason)
 	}
 	sp.EndChat(r)
 }

@@ -33,9 +33,12 @@ type Call struct {
 	Iterations  []Iteration // usage.iterations; nil when the reply had none
 	ServiceTier string      // usage.service_tier
 	Edits       []AppliedEdit
-	Cost        Money         // the call's total, every iteration included; filled by Prices.Price
-	Breakdown   CostBreakdown // how Cost is made; filled by Prices.Price
-	Savings     Money         // filled by Prices.Price
+	// Transformations is what the API did to the call's thinking blocks (input_transformations);
+	// counted in the metrics, not written to the ledger.
+	Transformations []Transformation
+	Cost            Money         // the call's total, every iteration included; filled by Prices.Price
+	Breakdown       CostBreakdown // how Cost is made; filled by Prices.Price
+	Savings         Money         // filled by Prices.Price
 	// Compactions counts the compaction iterations, CompactionCost their cost (part of Cost).
 	Compactions    int64
 	CompactionCost Money

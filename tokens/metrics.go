@@ -49,6 +49,7 @@ type Metrics struct {
 	ledgerDropped   prometheus.Counter
 	shadowDropped   *prometheus.CounterVec // tenant, candidate
 	shadowErrors    *prometheus.CounterVec // tenant, candidate
+	transformations *prometheus.CounterVec // tenant, type, reason
 
 	tenants atomic.Pointer[map[string]struct{}]
 	models  atomic.Pointer[modelSet]
@@ -209,7 +210,10 @@ func NewMetrics(tenants, models []string) *Metrics {
 	m.shadowErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ctxproxy_shadow_errors_total", Help: "Policy-lab count_tokens calls that failed (no answer, or not 200), by tenant and candidate.",
 	}, []string{"tenant", "candidate"})
-	for _, c := range []prometheus.Collector{m.shadowDropped, m.shadowErrors, m.requests, m.upstreamCalls, m.upstream, m.overhead, m.tokensTotal,
+	m.transformations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_input_transformations_total", Help: "Thinking blocks of requests that the API dropped or let through despite a binding mismatch (input_transformations entries: type thinking_dropped or thinking_mismatch_allowed, reason the binding that failed; other for a value the API does not document), by tenant.",
+	}, []string{"tenant", "type", "reason"})
+	for _, c := range []prometheus.Collector{m.transformations, m.shadowDropped, m.shadowErrors, m.requests, m.upstreamCalls, m.upstream, m.overhead, m.tokensTotal,
 		m.clearedInput, m.clearedToolUses, m.clearedThinking, m.memory, m.gateRefusals, m.cost, m.savings, m.savingsGross, m.cachePenalty, m.cacheMissed, m.priceUnknown, m.errors,
 		m.compactions, m.compactionCost, m.compactionSaved, m.webSearches,
 		m.openStreams, m.ledgerErrors, m.ledgerDropped,
@@ -438,6 +442,9 @@ func (m *Metrics) ObserveCall(c *Call) {
 		p.compactionCost.Add(c.CompactionCost.USD())
 	}
 	addInt(p.webSearch, c.Usage.WebSearchRequests)
+	for _, tr := range c.Transformations {
+		m.transformations.WithLabelValues(m.TenantLabel(c.Tenant), transformationLabel(tr.Type), bindingReasonLabel(tr.Reason)).Inc()
+	}
 	if c.CompactionSavings > 0 {
 		p.compactionSaved.Add(c.CompactionSavings.USD())
 	}
@@ -485,4 +492,25 @@ func addInt(c prometheus.Counter, n int64) {
 	if n > 0 {
 		c.Add(float64(n))
 	}
+}
+
+// transformationLabel is an input_transformations type as a label: a documented one, or other.
+func transformationLabel(t string) string {
+	switch t {
+	case "thinking_dropped", "thinking_mismatch_allowed":
+		return t
+	}
+	return "other"
+}
+
+// bindingReasonLabel is an input_transformations reason as a label: a documented one, none when
+// the entry had none, or other.
+func bindingReasonLabel(r string) string {
+	switch r {
+	case "model_binding_mismatch", "prefix_binding_mismatch", "organization_binding_mismatch", "end_user_binding_mismatch":
+		return r
+	case "":
+		return "none"
+	}
+	return "other"
 }

@@ -109,6 +109,30 @@ type Reply struct {
 	// Cut: the client cut the stream before its message_delta, so Usage is an estimate
 	// (StreamMeter.CutReply).
 	Cut bool
+	// Transformations is input_transformations: what the API did to the request's thinking
+	// blocks (thinking block binding), nil when the reply did not say.
+	Transformations []Transformation
+}
+
+// Transformation is one input_transformations entry, without its path.
+type Transformation struct {
+	Type, Reason string
+}
+
+// parseTransformations reads an input_transformations array; entries without a string type
+// are left out.
+func parseTransformations(v gjson.Result) []Transformation {
+	if !v.IsArray() {
+		return nil
+	}
+	out := []Transformation{}
+	v.ForEach(func(_, e gjson.Result) bool {
+		if t := e.Get("type"); t.Type == gjson.String {
+			out = append(out, Transformation{Type: strings.Clone(t.Str), Reason: strings.Clone(e.Get("reason").Str)})
+		}
+		return true
+	})
+	return out
 }
 
 // ParseMessage reads usage and applied_edits from a non-streaming Messages reply body.
@@ -134,6 +158,8 @@ func ParseReply(body []byte) Reply {
 			r.Iterations, r.ServiceTier = parseIterations(v)
 		case "context_management":
 			r.Edits = parseEdits(v)
+		case "input_transformations":
+			r.Transformations = parseTransformations(v)
 		}
 		return true
 	})
@@ -330,6 +356,8 @@ func (m *StreamMeter) Event(name string, data []byte) {
 				if e := parseEdits(v); e != nil {
 					m.r.Edits = e
 				}
+			case "input_transformations":
+				m.r.Transformations = parseTransformations(v)
 			}
 			return true
 		})
@@ -350,6 +378,12 @@ func (m *StreamMeter) Event(name string, data []byte) {
 			case "context_management":
 				if v.IsObject() {
 					m.r.Edits = parseEdits(v)
+				}
+			case "input_transformations":
+				// Only after a server-side fallback mid-stream: the serving model's entries
+				// replace message_start's.
+				if v.IsArray() {
+					m.r.Transformations = parseTransformations(v)
 				}
 			case "delta":
 				if sr := v.Get("stop_reason"); sr.Type == gjson.String {

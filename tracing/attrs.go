@@ -30,18 +30,20 @@ const (
 	AttrOutputMessages = "gen_ai.output.messages"
 	AttrMemoryInput    = "ctxproxy.memory.input"
 
-	AttrTenant             = "ctxproxy.tenant"
-	AttrPolicyMode         = "ctxproxy.policy.mode"
-	AttrEditsWritten       = "ctxproxy.edits.written"
-	AttrAppliedEdits       = "ctxproxy.edits.applied"
-	AttrClearedInputTokens = "ctxproxy.cleared.input_tokens"
-	AttrClearedToolUses    = "ctxproxy.cleared.tool_uses"
-	AttrCostUSD            = "ctxproxy.cost_usd"
-	AttrMemoryRound        = "ctxproxy.memory.round"
-	AttrMemoryCommand      = "ctxproxy.memory.command"
-	AttrMemoryResult       = "ctxproxy.memory.result"
-	AttrMemoryBytes        = "ctxproxy.memory.bytes"
-	AttrUpstreamStatus     = "http.response.status_code"
+	AttrTenant       = "ctxproxy.tenant"
+	AttrPolicyMode   = "ctxproxy.policy.mode"
+	AttrEditsWritten = "ctxproxy.edits.written"
+	AttrAppliedEdits = "ctxproxy.edits.applied"
+	// AttrInputTransformations is the reply's input_transformations, each type:reason.
+	AttrInputTransformations = "ctxproxy.input_transformations"
+	AttrClearedInputTokens   = "ctxproxy.cleared.input_tokens"
+	AttrClearedToolUses      = "ctxproxy.cleared.tool_uses"
+	AttrCostUSD              = "ctxproxy.cost_usd"
+	AttrMemoryRound          = "ctxproxy.memory.round"
+	AttrMemoryCommand        = "ctxproxy.memory.command"
+	AttrMemoryResult         = "ctxproxy.memory.result"
+	AttrMemoryBytes          = "ctxproxy.memory.bytes"
+	AttrUpstreamStatus       = "http.response.status_code"
 )
 
 // OperationChat is gen_ai.operation.name of a Messages call.
@@ -70,9 +72,11 @@ type ChatResponse struct {
 	CacheRead     int64
 	CacheCreation int64
 	AppliedEdits  []string // context_management.applied_edits[].type
-	ClearedInput  int64
-	ClearedTools  int64
-	CostUSD       float64
+	// InputTransformations is input_transformations, each as type:reason.
+	InputTransformations []string
+	ClearedInput         int64
+	ClearedTools         int64
+	CostUSD              float64
 	// OutputMessages is the reply's content (JSON), only when the tenant
 	// opted in and the reply was not streamed.
 	OutputMessages string
@@ -106,6 +110,9 @@ func (s Span) EndChat(r ChatResponse) {
 		}
 		if len(r.AppliedEdits) > 0 {
 			attrs = append(attrs, attribute.StringSlice(AttrAppliedEdits, r.AppliedEdits))
+		}
+		if len(r.InputTransformations) > 0 {
+			attrs = append(attrs, attribute.StringSlice(AttrInputTransformations, r.InputTransformations))
 		}
 		if r.OutputMessages != "" {
 			attrs = append(attrs, attribute.String(AttrOutputMessages, r.OutputMessages))
