@@ -32,6 +32,8 @@ const (
 	sonnetInput = 3000
 	sonnetRead  = 300
 	sonnetWrite = 3750
+	// sonnetWrite1h is the 1-hour cache write, 6 USD per million.
+	sonnetWrite1h = 6000
 )
 
 // savingsStack is the binary in front of an in-process fake whose prompt cache is on, with
@@ -108,8 +110,9 @@ func (s *savingsStack) advanceClocks(t *testing.T, d string) {
 type conversation struct {
 	key, system string
 	stream      bool
-	noCache     bool // no cache_control: the request caches nothing
-	readBytes   int  // what the tool "read" answers; 4,000 bytes when 0
+	noCache     bool   // no cache_control: the request caches nothing
+	readBytes   int    // what the tool "read" answers; 4,000 bytes when 0
+	ttl         string // the cache's TTL, "1h"; "" for the default 5 minutes
 	messages    []json.RawMessage
 	replies     []string // each reply as the client got it (a stream: its events)
 	sent        []string // each request's body as the client sent it
@@ -129,6 +132,9 @@ func jsonString(s string) string { b, _ := json.Marshal(s); return string(b) }
 func (c *conversation) call(t *testing.T, addr string) {
 	t.Helper()
 	cache := `"cache_control":{"type":"ephemeral"},`
+	if c.ttl != "" {
+		cache = `"cache_control":{"type":"ephemeral","ttl":"` + c.ttl + `"},`
+	}
 	if c.noCache {
 		cache = ""
 	}
@@ -249,6 +255,12 @@ func TestBinarySavingsAreNetOfThePromptCache(t *testing.T) {
 			checkClearingConversation(t, s, c, total)
 		})
 	}
+	t.Run("with a 1-hour cache the missed tokens are charged at the 1-hour write price", func(t *testing.T) {
+		c := newConversation(savingsKey, "go 1h", false)
+		c.ttl = "1h"
+		total += 6
+		checkClearingConversation(t, s, c, total)
+	})
 	t.Run("the report's savings are the sum of the lines, net", func(t *testing.T) {
 		lines := s.lines(t, total, "clears")
 		var net, gross, penalty tokens.Money
@@ -304,16 +316,21 @@ func checkClearingConversation(t *testing.T, s *savingsStack, c *conversation, t
 	C := first.Get("cleared_input_tokens").Int()
 	R := first.Get("usage.cache_read_input_tokens").Int()
 	M := cached(prev) - R
-	if C <= 0 || M <= 0 || first.Get("usage.cache_creation_1h_input_tokens").Int() != 0 {
+	// The call's writes are all of one TTL, so M is charged at its write price (M₁ₕ = M or 0).
+	write, oneHour := int64(sonnetWrite), int64(0)
+	if c.ttl == "1h" {
+		write, oneHour = sonnetWrite1h, first.Get("usage.cache_creation_input_tokens").Int()
+	}
+	if C <= 0 || M <= 0 || first.Get("usage.cache_creation_1h_input_tokens").Int() != oneHour {
 		t.Fatalf("the clearing call cleared %d and missed %d: %s", C, M, first.Raw)
 	}
-	want := tokens.Money(C*sonnetRead - M*(sonnetWrite-sonnetRead))
+	want := tokens.Money(C*sonnetRead - M*(write-sonnetRead))
 	if got := money(t, first, "savings_usd"); got != want || want >= 0 {
-		t.Errorf("the clearing call saved %s, want C×read − M×(write−read) = %d×0.30 − %d×3.45 per million = %s (negative)", got, C, M, want)
+		t.Errorf("the clearing call saved %s, want C×read − M×(write−read) = %d×%d − %d×%d nano-USD = %s (negative)", got, C, sonnetRead, M, write-sonnetRead, want)
 	}
 	if first.Get("cache_missed_input_tokens").Int() != M || first.Get("cache_miss_cause").Str != "edits" ||
 		first.Get("cache_effect").Str != "measured" || money(t, first, "savings_gross_usd") != tokens.Money(C*sonnetRead) ||
-		money(t, first, "cache_penalty_usd") != tokens.Money(M*(sonnetWrite-sonnetRead)) {
+		money(t, first, "cache_penalty_usd") != tokens.Money(M*(write-sonnetRead)) {
 		t.Errorf("the clearing call's parts: %s", first.Raw)
 	}
 	for i, l := range lines[4:] {
