@@ -58,6 +58,9 @@ type memoryLoop struct {
 	// retry is the tenant's retry policy, off once a memory command wrote: a loop step is
 	// never repeated after a write.
 	retry retryPolicy
+	// hidden is what the rounds hid from the client, kept for a request that sends the merged
+	// message back (hiddenrounds.go); only with thinking on.
+	hidden hiddenRounds
 }
 
 // startLoop begins the loop at the client's request. In memory proxy mode a
@@ -67,6 +70,16 @@ type memoryLoop struct {
 // first message_start), a whole one the last reply's.
 func (x *exchange) startLoop() bool {
 	x.loop = memoryLoop{parts: x.req.parts, msgEnd: x.req.msgEnd, firstID: x.req.info.Stream, retry: x.who.retry}
+	if x.who.memory && x.thinkingOn() && !x.req.info.Threaded {
+		body, changed, err := x.restoreHiddenRounds(x.r.Context(), joinParts(x.req.parts))
+		if err != nil {
+			x.fail(http.StatusServiceUnavailable, "api_error", "memory store unavailable: "+err.Error())
+			return false
+		}
+		if changed {
+			x.loop.parts, x.loop.msgEnd = [][]byte{body}, partPos{}
+		}
+	}
 	if !x.who.memory || !x.req.info.ThreadContinue {
 		return true
 	}
@@ -95,6 +108,9 @@ func (x *exchange) mayContinue(stopReason string) bool {
 	return x.who.memory && stopReason == "tool_use"
 }
 
+// thinkingOn says whether the request's model may write thinking blocks.
+func (x *exchange) thinkingOn() bool { return x.req.info.Thinking || x.req.info.BetweenTools }
+
 func (x *exchange) maxIterations() int {
 	if n := x.who.pol.Memory.MaxIterations; n > 0 {
 		return n
@@ -116,6 +132,7 @@ func (x *exchange) advance(ctx context.Context, e roundEnd, assistant func() []b
 	}
 	if !x.mayContinue(e.stopReason) || len(e.calls) == 0 {
 		x.saveContinuation(ctx, l.clientID, e.id, nil)
+		x.keepHiddenRounds(ctx, assistant)
 		return false, "", nil
 	}
 	atCap := l.round >= x.maxIterations()
@@ -125,6 +142,7 @@ func (x *exchange) advance(ctx context.Context, e roundEnd, assistant func() []b
 	}
 	if e.others > 0 || atCap {
 		x.saveContinuation(ctx, l.clientID, e.id, results)
+		x.keepHiddenRounds(ctx, assistant)
 		if e.others > 0 {
 			return false, "tool_use", nil
 		}
@@ -133,6 +151,9 @@ func (x *exchange) advance(ctx context.Context, e roundEnd, assistant func() []b
 	var asst []byte
 	if !x.req.info.Threaded {
 		asst = assistant()
+		if x.thinkingOn() {
+			l.hidden.hide(l.round, asst, results, len(e.calls))
+		}
 	}
 	if parts, end, ok := spliceRound(l.parts, l.msgEnd, e.id, asst, results, x.conv.asked); ok {
 		l.parts, l.msgEnd = parts, end

@@ -294,23 +294,22 @@ func run(t *testing.T, sh shape, stream bool) *anthropic.BetaMessage {
 	// upstream accepts (tool_use/tool_result pairing, thinking signatures).
 	e.fake.SetResponder(nil)
 	before := len(e.calls())
+	// The merged message of a memory loop carries thinking blocks made after
+	// memory turns the client never saw; the API binds each to the
+	// conversation before it and refuses a mismatch by default (binding is
+	// always on in the fake, as in the API). The proxy gives the API the
+	// turns it hid, so the follow-up passes with nothing dropped.
 	next := followUp(params, msg)
-	if th := next.Thinking.OfEnabled; th != nil && sh.calls > 1 {
-		// The merged message of a memory loop carries thinking blocks made
-		// after memory turns the client never sees: they fail the API's
-		// thinking block binding (prefix), which refuses the request by
-		// default. Until the proxy keeps what the API needs, the agent lets
-		// the API drop them.
-		c := *th
-		c.BlockBinding.PrefixMismatchBehavior = anthropic.BetaThinkingPrefixMismatchBehaviorDropBlock
-		next.Thinking.OfEnabled = &c
-	}
 	if _, err := client.Beta.Messages.New(ctx, next, option.WithMaxRetries(0)); err != nil {
 		t.Fatalf("sending the message back as the next assistant turn: %v", err)
 	}
 	reqs := e.calls()
-	if len(reqs) != before+1 || reqs[len(reqs)-1].Status != http.StatusOK {
-		t.Fatalf("follow-up upstream requests %d → %d, last status %d", before, len(reqs), reqs[len(reqs)-1].Status)
+	last := reqs[len(reqs)-1]
+	if len(reqs) != before+1 || last.Status != http.StatusOK {
+		t.Fatalf("follow-up upstream requests %d → %d, last status %d", before, len(reqs), last.Status)
+	}
+	if len(last.InputTransformations) != 0 {
+		t.Errorf("the follow-up's thinking blocks failed their binding: %+v", last.InputTransformations)
 	}
 	return msg
 }
