@@ -2,12 +2,12 @@ package proxy
 
 import (
 	"strings"
-	"unsafe"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/ctxproxy/ctxproxy/cachetrack"
 	"github.com/ctxproxy/ctxproxy/policy"
+	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
 // What a tenant's edits did to the prompt cache (package cachetrack has the rules). For a tenant
@@ -18,11 +18,11 @@ import (
 // line is built). With accounting.cache_diagnostics the API's diagnosis is asked
 // (diagnostics.previous_message_id: added by the rewrite, askDiagnostics, and by the memory
 // loop, nextBody), and the client still sees what it would have seen without it: its
-// own diagnostics when it asked, else null in place (seePlain here, the stream's hooks in
+// own diagnostics when it asked, else null in place (readPlain here, the stream's hooks in
 // stream.go).
 
 // conversation is the exchange's part in its conversation: opened by openConversation, fed
-// by the reply (seePlain here, the stream's hooks in stream.go) and moved on by attributeCache.
+// by the reply (readPlain here, the stream's hooks in stream.go) and moved on by attributeCache.
 type conversation struct {
 	on    bool
 	scope string // the tenant: a conversation is never another tenant's
@@ -43,7 +43,7 @@ type conversation struct {
 // seenReply is what a reply says of its conversation: the key its turn leaves for the next call
 // and the API's diagnosis, its diagnostics.cache_miss_reason.type as it came ("" for none, null
 // or pending; attributeCache names it, missReason). It is copied (gjson's GetBytes copies what it
-// returns; seePlain clones it), so it never points into a pooled buffer.
+// returns; readPlain clones it), so it never points into a pooled buffer.
 type seenReply struct {
 	turn      cachetrack.Key
 	diagnosis string
@@ -73,30 +73,28 @@ func (x *exchange) openConversation(body []byte, top *policy.TopValues) conversa
 	return v
 }
 
-// seePlain reads what a non-streamed reply says of its conversation and gives back the reply
-// the client gets: its diagnostics null in place when ctxproxy asked for them.
-func (x *exchange) seePlain(reply []byte) []byte {
+// readPlain reads a non-streamed reply for its accounting and, in the same pass, for its
+// conversation, and gives back the reply the client gets: its diagnostics null in place when
+// ctxproxy asked for them.
+func (x *exchange) readPlain(reply []byte) (tokens.Reply, []byte) {
 	v := &x.conv
 	if !v.on {
-		return reply
+		return tokens.ParseReply(reply), reply
 	}
-	var content, diag gjson.Result
-	// Through a view, not a copy of the reply: of what is read, the turn is hashed and the
-	// diagnosis cloned.
-	gjson.Parse(unsafe.String(unsafe.SliceData(reply), len(reply))).ForEach(func(k, r gjson.Result) bool {
-		switch k.Str {
+	var content, diag gjson.Result // views of reply: the turn is hashed, the diagnosis cloned
+	r := tokens.ParseReplyAnd(reply, func(k string, val gjson.Result) {
+		switch k {
 		case "content":
-			content = r
+			content = val
 		case "diagnostics":
-			diag = r
+			diag = val
 		}
-		return true
 	})
 	v.seen = seenReply{turn: cachetrack.TurnKeyOf(v.scope, content), diagnosis: strings.Clone(diag.Get("cache_miss_reason.type").Str)}
 	if v.asked && diag.Exists() && diag.Type != gjson.Null {
-		return spliceNull(reply, diag)
+		return r, spliceNull(reply, diag)
 	}
-	return reply
+	return r, reply
 }
 
 // spliceNull is b with the JSON value r (found in b) replaced by null.

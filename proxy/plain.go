@@ -29,8 +29,9 @@ func (x *exchange) servePlain() {
 			x.writeReply(resp, reply)
 			return
 		}
-		reply = x.seePlain(reply)
-		x.record(resp, tokens.ParseReply(reply), x.plainMeta(reply))
+		var r tokens.Reply
+		r, reply = x.readPlain(reply)
+		x.record(resp, r, x.plainMeta(reply))
 		var end roundEnd
 		var client [][]byte // the reply's blocks but its memory calls
 		if x.who.memory {

@@ -34,7 +34,7 @@ import (
 //   - spans: the open OpenTelemetry spans; started by startServerSpan and
 //     startCallSpan, ended by endCallSpan, failCallSpan and endSpans.
 //   - conv: opened by openConversation, in rewrite (or readLeading); seen
-//     set by seePlain and seeStream, prev and known moved on by attributeCache.
+//     set by readPlain and seeStream, prev and known moved on by attributeCache.
 //   - shadow: opened by openShadow, handed to the policy lab by shadowCall.
 //
 // What one upstream round learns lives in the round's own values: the reply

@@ -143,7 +143,12 @@ func ParseMessage(body []byte) (Usage, []AppliedEdit) {
 
 // ParseReply reads id, model, stop_reason, usage and applied_edits from a non-streaming Messages
 // reply body in one pass over its top-level keys. body is not retained.
-func ParseReply(body []byte) Reply {
+func ParseReply(body []byte) Reply { return ParseReplyAnd(body, nil) }
+
+// ParseReplyAnd is ParseReply handing every other top-level member to also (when not nil), in
+// the same pass: a caller that reads the reply too reads it once. v is a view of body: what also
+// keeps of it must be copied.
+func ParseReplyAnd(body []byte, also func(key string, v gjson.Result)) Reply {
 	var r Reply
 	gjson.Parse(bytesView(body)).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
@@ -160,6 +165,10 @@ func ParseReply(body []byte) Reply {
 			r.Edits = parseEdits(v)
 		case "input_transformations":
 			r.Transformations = parseTransformations(v)
+		default:
+			if also != nil {
+				also(k.Str, v)
+			}
 		}
 		return true
 	})
