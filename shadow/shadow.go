@@ -158,9 +158,11 @@ func (l *Lab) Measure(req *Request, sc Shadowed) {
 			}
 			continue
 		}
+		pt := l.points.open(tenant, sc.Conversation, c.Name) // in the order of the conversation's calls
 		go func() {
 			defer l.done()
-			if err := l.measure(req, c, &sc); err != nil {
+			if err := l.measure(req, c, &sc, pt); err != nil {
+				pt.settle(l.ctx, 0, false)
 				if m := l.cfg.Metrics; m != nil {
 					m.ShadowError(tenant, c.Name)
 				}
@@ -227,7 +229,8 @@ func (l *Lab) Close(ctx context.Context) {
 }
 
 // measure makes one candidate's count_tokens call and records its line.
-func (l *Lab) measure(req *Request, c *policy.Candidate, sc *Shadowed) error {
+// It settles pt only when it measured (its caller settles a failure).
+func (l *Lab) measure(req *Request, c *policy.Candidate, sc *Shadowed, pt *point) error {
 	h := req.Header.Clone()
 	rewritten, _, err := c.Policy.Rewrite(req.Body, h)
 	if err != nil {
@@ -270,7 +273,7 @@ func (l *Lab) measure(req *Request, c *policy.Candidate, sc *Shadowed) error {
 	}
 	s := &tokens.Shadow{Name: c.Name, Shadows: sc.Call.RequestID, InputTokens: ct.InputTokens, OriginalInputTokens: orig,
 		CompactNotMeasured: c.Compacts(), Actual: tokens.ShadowedCallOf(&sc.Call), PrevCached: sc.PrevCached}
-	s.NewClearingPoint = l.points.next(req.Policy.Tenant, sc.Conversation, c.Name, s.ClearedTokens())
+	s.NewClearingPoint = pt.settle(ctx, s.ClearedTokens(), true)
 	line := tokens.Call{Tenant: sc.Call.Tenant, KeyID: sc.Call.KeyID, User: sc.Call.User, Model: sc.Call.Model,
 		RequestID: strings.Clone(reqID), Status: resp.StatusCode, Conversation: sc.Conversation, Shadow: s}
 	l.cfg.Recorder.Record(ctx, line)

@@ -273,25 +273,47 @@ func TestFailuresAreCountedNotRecorded(t *testing.T) {
 }
 
 func TestNewClearingPoints(t *testing.T) {
-	var p points = newPoints()
+	p := newPoints()
+	ctx := context.Background()
 	steps := []struct {
-		conv    string
-		cleared int64
-		want    bool
+		conv     string
+		cleared  int64
+		measured bool
+		want     bool
 	}{
-		{"c1", 0, false},   // none earlier
-		{"c1", 500, true},  // cleared more than at its latest measurement
-		{"c1", 500, false}, // the same clearing
-		{"c1", 400, false},
-		{"c1", 900, true},
-		{"c2", 900, false}, // another conversation: none earlier
-		{"", 900, false},   // not tracked
-		{"", 1900, false},
+		{"c1", 0, true, false},     // none earlier
+		{"c1", 500, true, true},    // cleared more than at its latest measurement
+		{"c1", 500, true, false},   // the same clearing
+		{"c1", 9000, false, false}, // a failed measurement: the earlier one's value stands
+		{"c1", 400, true, false},
+		{"c1", 900, true, true},
+		{"c2", 900, true, false}, // another conversation: none earlier
+		{"", 900, true, false},   // not tracked
+		{"", 1900, true, false},
 	}
 	for i, s := range steps {
-		if got := p.next("lab", s.conv, "keep-5", s.cleared); got != s.want {
+		if got := p.open("lab", s.conv, "keep-5").settle(ctx, s.cleared, s.measured); got != s.want {
 			t.Errorf("step %d (%s, %d): new point %v, want %v", i, s.conv, s.cleared, got, s.want)
 		}
+	}
+}
+
+// Measurements of one conversation whose calls come back out of order are still compared in
+// the order of the conversation's calls.
+func TestClearingPointsKeepTheConversationsOrder(t *testing.T) {
+	p := newPoints()
+	ctx := context.Background()
+	first, second := p.open("lab", "c", "keep-5"), p.open("lab", "c", "keep-5")
+	got := make(chan bool)
+	go func() { got <- second.settle(ctx, 800, true) }() // back first: waits for the first
+	if first.settle(ctx, 300, true) {
+		t.Error("the conversation's first measurement is a new clearing point")
+	}
+	if !<-got {
+		t.Error("800 cleared after 300 is not a new clearing point")
+	}
+	if p.open("lab", "c", "keep-5").settle(ctx, 800, true) {
+		t.Error("the third measurement compared with the first, not the second")
 	}
 }
 
