@@ -58,6 +58,8 @@ type memoryLoop struct {
 	// retry is the tenant's retry policy, off once a memory command wrote: a loop step is
 	// never repeated after a write.
 	retry retryPolicy
+	// wrote: a memory command of the loop wrote (the reply is kept for a resend, replay.go).
+	wrote bool
 	// hidden is what the rounds hid from the client, kept for a request that sends the merged
 	// message back (hiddenrounds.go); only with thinking on.
 	hidden hiddenRounds
@@ -139,6 +141,7 @@ func (x *exchange) advance(ctx context.Context, e roundEnd, assistant func() []b
 	results, wrote := x.runMemory(ctx, e)
 	if wrote {
 		l.retry.retries = 0
+		l.wrote = true
 	}
 	if e.others > 0 || atCap {
 		x.saveContinuation(ctx, l.clientID, e.id, results)

@@ -66,6 +66,7 @@ func (x *exchange) writeReply(resp *http.Response, body []byte) {
 	if resp.StatusCode >= 400 {
 		x.out.errType, x.out.errCode = errorLabels(resp.StatusCode, body)
 	}
+	x.keepReply(resp.StatusCode, body)
 	x.w.WriteHeader(resp.StatusCode)
 	n, _ := x.w.Write(body)
 	x.out.n += int64(n)

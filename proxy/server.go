@@ -95,6 +95,8 @@ type Server struct {
 	// seeded holds the stores whose template was seen to (memory.go).
 	writeRate memoryhook.WriteCounter
 	seeded    sync.Map
+	// replies are plain memory-loop replies kept for the SDKs' resends (replay.go).
+	replies replies
 }
 
 const maxReplyBytes = 256 << 20 // bound on a non-streamed upstream reply
