@@ -232,11 +232,13 @@ func (l *Lab) Close(ctx context.Context) {
 // It settles pt only when it measured (its caller settles a failure).
 func (l *Lab) measure(req *Request, c *policy.Candidate, sc *Shadowed, pt *point) error {
 	h := req.Header.Clone()
-	rewritten, _, err := c.Policy.Rewrite(req.Body, h)
+	// The count_tokens request first, then the candidate's rewrite of it, in place: the same
+	// rules as on the Messages request (count_tokens gets the same edits and tools), one copy
+	// of a transcript instead of two.
+	body, _, err := c.Policy.RewriteInPlace(CountBody(req.Body), h)
 	if err != nil {
 		return fmt.Errorf("rewrite for the candidate: %w", err)
 	}
-	body := CountBody(rewritten)
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.Timeout)
 	defer cancel()
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, l.target.String(), bytes.NewReader(body))
@@ -292,10 +294,14 @@ func redact(err error) error {
 var countFields = map[string]bool{"model": true, "messages": true, "system": true, "tools": true,
 	"tool_choice": true, "thinking": true, "context_management": true, "mcp_servers": true}
 
+// countRoom is the spare capacity CountBody leaves for a rewrite in place (edits, the memory
+// tool).
+const countRoom = 1024
+
 // CountBody is the count_tokens request of a Messages request body: its members count_tokens
 // takes, as they are.
 func CountBody(body []byte) []byte {
-	out := make([]byte, 0, len(body))
+	out := make([]byte, 0, len(body)+countRoom)
 	out = append(out, '{')
 	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
 		if !countFields[k.Str] {
