@@ -153,7 +153,7 @@ const usageHead = `Usage: ctxproxy [serve] [flags]
 
 Commands:
   serve      run the proxy (the default, without a command)
-  migrate    apply the PostgreSQL schemas of --memory-store and --ledger, then exit
+  migrate    apply the PostgreSQL schemas of --memory-store, --ledger and --limits-store, then exit
   validate   check the policy files
   report     print the cost report from the ledger
   advise     say which context-management policy a tenant should run (its shadow candidates, measured)

@@ -38,15 +38,16 @@ var migrateTargets = []struct {
 }
 
 // runMigrate applies every PostgreSQL schema the server needs, for the
-// --memory-store and --ledger that are postgres:// URLs (the server's flags,
-// env twins and defaults), and exits non-zero with the cause when it cannot.
+// --memory-store, --ledger and --limits-store that are postgres:// URLs (the
+// server's flags, env twins and defaults), and exits non-zero with the cause
+// when it cannot.
 // Servers also migrate at start; this runs it before a rollout.
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	fs := flag.NewFlagSet("ctxproxy migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: ctxproxy migrate [--memory-store URL] [--ledger URL] [--limits-store URL]\n\n"+
-			"Applies the PostgreSQL schemas of the memory store and the ledger, under the advisory lock\n"+
+			"Applies the PostgreSQL schemas of the memory store, the ledger and the spend counters, under\nthe advisory lock "+
 			"the servers use; a file store or file ledger needs none.\n\n")
 		fs.PrintDefaults()
 	}
