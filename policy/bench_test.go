@@ -2,6 +2,8 @@ package policy
 
 import (
 	"fmt"
+
+	"github.com/ctxproxy/ctxproxy/capabilities"
 	"net/http"
 	"strings"
 	"testing"
@@ -53,7 +55,9 @@ func transcript(n int) []byte {
 	return []byte(b.String())
 }
 
-func benchRewrite(b *testing.B, body []byte) {
+func benchRewrite(b *testing.B, body []byte) { benchRewriteWith(b, benchPolicy, body) }
+
+func benchRewriteWith(b *testing.B, p *Policy, body []byte) {
 	h := http.Header{"Anthropic-Beta": {"interleaved-thinking-2025-05-14"}}
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
@@ -61,7 +65,7 @@ func benchRewrite(b *testing.B, body []byte) {
 	for b.Loop() {
 		delete(h, "Anthropic-Beta")
 		h["Anthropic-Beta"] = []string{"interleaved-thinking-2025-05-14"}
-		out, _, err := benchPolicy.Rewrite(body, h)
+		out, _, err := p.Rewrite(body, h)
 		if err != nil || len(out) <= len(body) {
 			b.Fatal(err)
 		}
@@ -69,6 +73,15 @@ func benchRewrite(b *testing.B, body []byte) {
 }
 
 func BenchmarkRewriteSmall(b *testing.B) { benchRewrite(b, smallBody()) }
+
+// BenchmarkRewriteSmallWithModels is BenchmarkRewriteSmall with the edits decided from the
+// model's capabilities (what package capabilities' Cache answers: a lookup in a map): the cost
+// of the models endpoint on the request path.
+func BenchmarkRewriteSmallWithModels(b *testing.B) {
+	p := *benchPolicy
+	p.models = stubModels{"claude-sonnet-4-5": {ClearThinking: capabilities.Yes, ClearToolUses: capabilities.Yes, Compact: capabilities.No}}
+	benchRewriteWith(b, &p, smallBody())
+}
 
 func BenchmarkRewrite1MB(b *testing.B) {
 	body := transcript(200)
