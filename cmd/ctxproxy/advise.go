@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/ctxproxy/ctxproxy/advise"
 	"github.com/ctxproxy/ctxproxy/server"
@@ -36,21 +35,16 @@ func runAdvise(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		fmt.Fprintln(stderr, "ctxproxy advise:", err)
 		return 2
 	}
-	if path, ok := tokens.FileLedgerPath(*ledgerSpec); ok && path != "" {
-		if _, err := os.Stat(path); err != nil {
-			fmt.Fprintf(stderr, "ctxproxy advise: no ledger at %s (--ledger, env CTXPROXY_LEDGER: the serving process's ledger): %v\n", path, unwrapPathErr(err))
-			return 1
-		}
-	}
 	path, required := server.PricesFile(*policies, *pricesPath)
 	prices, err := tokens.OpenPrices(path, required)
 	if err != nil {
 		fmt.Fprintln(stderr, "ctxproxy advise: load prices:", err)
 		return 1
 	}
-	ledger, err := tokens.OpenLedger(ctx, *ledgerSpec)
+	// Advice reads a ledger as a report does: it never starts one, nor writes its schema.
+	ledger, err := tokens.ReadLedger(ctx, *ledgerSpec)
 	if err != nil {
-		fmt.Fprintln(stderr, "ctxproxy advise:", err)
+		fmt.Fprintf(stderr, "ctxproxy advise: %v (--ledger, env CTXPROXY_LEDGER: the serving process's ledger)\n", err)
 		return 1
 	}
 	defer ledger.Close()

@@ -134,6 +134,30 @@ func TestBinaryReportRefuses(t *testing.T) {
 	})
 }
 
+// advise reads a ledger as report does: a missing one is an error, never one it creates.
+func TestBinaryAdviseRefuses(t *testing.T) {
+	t.Run("refuses a ledger that does not exist, and creates none", func(t *testing.T) {
+		ledger := filepath.Join(t.TempDir(), "ledger.jsonl")
+		code, _, stderr := runCLI(t, nil, "advise", "--tenant", "acme", "--ledger", "file:"+ledger)
+		if code != 1 || !strings.Contains(stderr, "no ledger at "+ledger) {
+			t.Errorf("exit %d: %s", code, stderr)
+		}
+		if _, err := os.Stat(ledger); !os.IsNotExist(err) {
+			t.Errorf("advise created %s: %v", ledger, err)
+		}
+	})
+	t.Run("refuses a PostgreSQL database that holds no ledger, and writes no schema there", func(t *testing.T) {
+		db := pgtest.New(t, "advise_no_ledger")
+		code, stdout, stderr := runCLI(t, nil, "advise", "--tenant", "acme", "--ledger", db.URL)
+		if code != 1 || !strings.Contains(stderr, "no ledger in postgres postgres@127.0.0.1/test: its tables are not there") {
+			t.Errorf("exit %d: %s%s", code, stdout, stderr)
+		}
+		if n := db.QueryInt(t, `SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()`); n != 0 {
+			t.Errorf("advise created %d tables", n)
+		}
+	})
+}
+
 // `ctxproxy memory` without --url does not write a file store a proxy is
 // serving, unless told --direct; reads go on.
 func TestBinaryMemoryRefusesToWriteAServedStore(t *testing.T) {

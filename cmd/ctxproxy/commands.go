@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 
 	"github.com/ctxproxy/ctxproxy/policy"
 	"github.com/ctxproxy/ctxproxy/server"
@@ -145,13 +144,4 @@ func periodNote(since, until string) string {
 		s += " until " + until
 	}
 	return s
-}
-
-// unwrapPathErr is a path error's cause alone (the path is said already).
-func unwrapPathErr(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
 }
