@@ -56,11 +56,11 @@ func (x *exchange) record(resp *http.Response, r tokens.Reply, meta replyMeta) {
 	c.Cut = r.Cut
 	x.attributeCache(&c, &r)
 	c = x.s.ledger(x.r.Context(), c)
-	x.shadowCall(&c)
 	if x.ticket != nil {
 		x.acct.cost = x.acct.cost.Plus(x.s.charge(&c))
 	}
 	x.endCallSpan(&c, meta)
+	x.shadowCall(&c) // last: the lab gets the line as the ledger priced it, and accounting is done
 }
 
 // attributeCache fills c's cache fields from the conversation's previous call, and makes this

@@ -6,7 +6,6 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/ctxproxy/ctxproxy/cachetrack"
-	"github.com/ctxproxy/ctxproxy/policy"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
@@ -47,30 +46,6 @@ type conversation struct {
 type seenReply struct {
 	turn      cachetrack.Key
 	diagnosis string
-}
-
-// openConversation matches a Messages request to its conversation. top is what the rewrite's
-// validating pass found of the body's members (RewriteInfo.Top); nil when the body is read
-// before the rewrite, which builds a short body's result in its own array (rewrite.go): then
-// cachetrack finds them in a pass of its own. Only tenants whose policy clears (or asks
-// diagnostics) are tracked: for the others a call's cache effect is none or unknown whatever
-// came before.
-func (x *exchange) openConversation(body []byte, top *policy.TopValues) conversation {
-	pol, t := x.who.pol, x.s.cfg.CacheTracker
-	if t == nil || x.ep != epMessages || !(pol.WritesClearingEdits() || pol.CacheDiagnostics() || pol.HasShadow()) {
-		return conversation{}
-	}
-	var r cachetrack.Request
-	if top == nil {
-		r = cachetrack.ReadRequest(pol.Tenant, body)
-	} else {
-		r = cachetrack.Read(pol.Tenant, cachetrack.Members{System: top.System.Of(body), Tools: top.Tools.Of(body),
-			Messages: top.Messages.Of(body), Thread: top.Thread.Of(body), Diagnostics: top.Diagnostics.Of(body)})
-	}
-	v := conversation{on: true, scope: pol.Tenant, key: r.Turn, system: r.System, tools: r.Tools}
-	v.prev, v.known = t.Lookup(r.Turn)
-	v.asked = pol.CacheDiagnostics() && !r.HasDiagnostics
-	return v
 }
 
 // readPlain reads a non-streamed reply for its accounting and, in the same pass, for its

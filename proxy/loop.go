@@ -247,7 +247,8 @@ func withPreviousID(lp []byte, replyID string) ([]byte, bool) {
 		return nil, false
 	}
 	v := i + len(diagPrefix)
-	old := gjson.Parse(bstr(lp[v:]))
+	tail := lp[v:]
+	old := gjson.Parse(unsafe.String(unsafe.SliceData(tail), len(tail))) // a view, as bstr: read before last is built
 	if old.Type != gjson.String && old.Type != gjson.Null {
 		return nil, false
 	}
@@ -305,7 +306,9 @@ func nextBody(parts [][]byte, replyID string, assistant, results []byte, diagnos
 	}
 	// One pass finds thread, messages and diagnostics.
 	var msgs, thread, diag gjson.Result
-	root := gjson.Parse(bstr(body))        // a view: body is written only after its last read
+	// A view (bstr's conversion, written here so the splice reads in one file): body is
+	// written only after its last read.
+	root := gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body)))
 	root.Index = len(body) - len(root.Raw) // leading whitespace: keep child offsets absolute
 	root.ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {

@@ -6,9 +6,34 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/ctxproxy/ctxproxy/cachetrack"
 	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
 	"github.com/ctxproxy/ctxproxy/policy"
 )
+
+// openConversation matches a Messages request to its conversation. top is what the rewrite's
+// validating pass found of the body's members (RewriteInfo.Top); nil when the body is read
+// before the rewrite, which builds a short body's result in its own array (rewritesInPlace): then
+// cachetrack finds them in a pass of its own. Only tenants whose policy clears (or asks
+// diagnostics) are tracked: for the others a call's cache effect is none or unknown whatever
+// came before.
+func (x *exchange) openConversation(body []byte, top *policy.TopValues) conversation {
+	pol, t := x.who.pol, x.s.cfg.CacheTracker
+	if t == nil || x.ep != epMessages || !(pol.WritesClearingEdits() || pol.CacheDiagnostics() || pol.HasShadow()) {
+		return conversation{}
+	}
+	var r cachetrack.Request
+	if top == nil {
+		r = cachetrack.ReadRequest(pol.Tenant, body)
+	} else {
+		r = cachetrack.Read(pol.Tenant, cachetrack.Members{System: top.System.Of(body), Tools: top.Tools.Of(body),
+			Messages: top.Messages.Of(body), Thread: top.Thread.Of(body), Diagnostics: top.Diagnostics.Of(body)})
+	}
+	v := conversation{on: true, scope: pol.Tenant, key: r.Turn, system: r.System, tools: r.Tools}
+	v.prev, v.known = t.Lookup(r.Turn)
+	v.asked = pol.CacheDiagnostics() && !r.HasDiagnostics
+	return v
+}
 
 // rewriteFor applies pol to a Messages or count_tokens body;
 // the result is the upstream body in pieces.
@@ -49,7 +74,7 @@ type request struct {
 // it is, and the batch recorded, openBatch, so its results are accounted
 // when they pass through, batchreads.go). A nil policy (no default.yaml)
 // still validates the body and changes nothing. It answers a refused body
-// itself. The conversation (cacheconv.go) is read from the rewrite's own
+// itself. The conversation (openConversation, below; cacheconv.go) is read from the rewrite's own
 // pass over the body (info.Top), or, for a body rewritten in place, before
 // the rewrite (a short body, in a pass of its own).
 func (x *exchange) rewrite(body []byte) (request, conversation, bool) {
