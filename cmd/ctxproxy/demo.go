@@ -414,9 +414,11 @@ func (c *demoClient) conversation(ctx context.Context, title, prompt string) err
 	msgs := []json.RawMessage{demoJSON(map[string]any{"role": "user", "content": prompt})}
 	for turn := 0; turn < 10; turn++ {
 		c.step++
+		// The newest request's number: the largest, not the last recorded (ctxproxy's own
+		// models read at start may be recorded after a later request, out of arrival order).
 		seq := int64(0)
-		if reqs := c.fake.Requests(); len(reqs) > 0 {
-			seq = reqs[len(reqs)-1].Seq
+		for _, r := range c.fake.Requests() {
+			seq = max(seq, r.Seq)
 		}
 		model := c.model
 		if model == "" {
