@@ -5,6 +5,7 @@ import (
 	"context"
 	"strconv"
 
+	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 	"go.uber.org/zap"
@@ -115,44 +116,69 @@ func (x *exchange) restoreHiddenRounds(ctx context.Context, body []byte) (_ []by
 	if !msgs.IsArray() {
 		return body, false, nil
 	}
-	var out [][]byte
-	for _, m := range msgs.Array() {
-		content := m.Get("content")
-		key := ""
-		if m.Get("role").Str == "assistant" && content.IsArray() {
-			key = firstThinkingKey(content, 1)
-		}
-		if key == "" {
-			out = append(out, []byte(m.Raw))
-			continue
-		}
-		data, err := c.GetContinuation(ctx, sc.Tenant, hiddenKeyPrefix+key)
+	// First the lookups, then the copies: most requests name no kept expansion and are sent
+	// as they came, without a copy of their history.
+	all := msgs.Array()
+	var restored map[int][]byte
+	for i, m := range all {
+		msg, err := restoredMessage(ctx, c, sc.Tenant, m)
 		if err != nil {
 			return nil, false, err
 		}
-		blocks := content.Array()
-		visible := int(gjson.GetBytes(data, "visible").Int())
-		turns := gjson.GetBytes(data, "turns")
-		if data == nil || !turns.IsArray() || visible <= 0 || visible >= len(blocks) {
-			out = append(out, []byte(m.Raw))
+		if msg != nil {
+			if restored == nil {
+				restored = map[int][]byte{}
+			}
+			restored[i] = msg
+		}
+	}
+	if len(restored) == 0 {
+		return body, false, nil
+	}
+	out := make([][]byte, 0, len(all))
+	for i, m := range all {
+		if msg, ok := restored[i]; ok {
+			out = append(out, msg)
 			continue
 		}
-		for _, t := range turns.Array() {
-			out = append(out, []byte(t.Raw))
-		}
-		last := []byte(`{"role":"assistant","content":[`)
-		for i, b := range blocks[visible:] {
-			if i > 0 {
-				last = append(last, ',')
-			}
-			last = append(last, b.Raw...)
-		}
-		out = append(out, append(last, "]}"...))
-		changed = true
-	}
-	if !changed {
-		return body, false, nil
+		out = append(out, []byte(m.Raw))
 	}
 	body, err := sjson.SetRawBytes(body, "messages", joinArray(out))
 	return body, err == nil, err
+}
+
+// restoredMessage is what stands for the message m given back to the API: the hidden turns a
+// kept expansion names, joined by commas, and the last round's blocks; nil when m names none.
+func restoredMessage(ctx context.Context, c memoryhook.Continuations, tenant string, m gjson.Result) ([]byte, error) {
+	content := m.Get("content")
+	if m.Get("role").Str != "assistant" || !content.IsArray() {
+		return nil, nil
+	}
+	key := firstThinkingKey(content, 1)
+	if key == "" {
+		return nil, nil
+	}
+	data, err := c.GetContinuation(ctx, tenant, hiddenKeyPrefix+key)
+	if err != nil {
+		return nil, err
+	}
+	blocks := content.Array()
+	visible := int(gjson.GetBytes(data, "visible").Int())
+	turns := gjson.GetBytes(data, "turns")
+	if data == nil || !turns.IsArray() || visible <= 0 || visible >= len(blocks) {
+		return nil, nil
+	}
+	var out []byte
+	for _, t := range turns.Array() {
+		out = append(out, t.Raw...)
+		out = append(out, ',')
+	}
+	out = append(out, `{"role":"assistant","content":[`...)
+	for i, b := range blocks[visible:] {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, b.Raw...)
+	}
+	return append(out, "]}"...), nil
 }
