@@ -133,6 +133,7 @@ func Open(ctx context.Context, cfg Settings) (_ *Server, err error) {
 	}
 	onClose(func() { ledger.Close() })
 	metrics := tokens.NewMetrics(tenantNames(pols.Current()), prices.Models())
+	metrics.SetShadowCandidates(shadowCandidates(pols.Current()))
 	retiring = newRetiringWatch(metrics.Registry(), metrics.TenantLabel, log)
 	onClose(startModels(ctx, models, lifecycle))
 	rec := tokens.NewRecorder(prices.Prices, metrics, ledger, log)
@@ -220,6 +221,7 @@ func Open(ctx context.Context, cfg Settings) (_ *Server, err error) {
 	pols.OnReload(func(err error) {
 		if err == nil {
 			metrics.SetTenants(tenantNames(pols.Current()))
+			metrics.SetShadowCandidates(shadowCandidates(pols.Current()))
 		}
 		reloadPrices(rec, lim, pricesPath, pricesRequired, log)
 	})
@@ -286,6 +288,20 @@ func tenantNames(set *policy.Set) []string {
 		names = append(names, p.Tenant)
 	}
 	return names
+}
+
+// shadowCandidates is the names of every tenant's policy-lab candidates.
+func shadowCandidates(set *policy.Set) map[string][]string {
+	out := map[string][]string{}
+	for _, p := range set.Tenants() {
+		if p.Shadow == nil {
+			continue
+		}
+		for _, c := range p.Shadow.Candidates {
+			out[p.Tenant] = append(out[p.Tenant], c.Name)
+		}
+	}
+	return out
 }
 
 // OpenMemoryStore picks the memory store (--memory-store): the file store in

@@ -483,6 +483,19 @@ func (m *Metrics) ShadowDropped(tenant, candidate string) {
 	m.shadowDropped.WithLabelValues(m.TenantLabel(tenant), candidate).Inc()
 }
 
+// SetShadowCandidates starts the policy lab's counters of each tenant's
+// candidates at zero, so a dashboard's rate() reads 0 rather than nothing
+// before the first call is dropped or fails.
+func (m *Metrics) SetShadowCandidates(candidates map[string][]string) {
+	for tenant, names := range candidates {
+		label := m.TenantLabel(tenant)
+		for _, c := range names {
+			m.shadowDropped.WithLabelValues(label, c)
+			m.shadowErrors.WithLabelValues(label, c)
+		}
+	}
+}
+
 // ShadowError counts a policy-lab call that failed.
 func (m *Metrics) ShadowError(tenant, candidate string) {
 	m.shadowErrors.WithLabelValues(m.TenantLabel(tenant), candidate).Inc()

@@ -2,16 +2,21 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/tidwall/gjson"
 
+	"github.com/ctxproxy/ctxproxy/internal/binaries"
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
+	"github.com/ctxproxy/ctxproxy/internal/testwait"
 	"github.com/ctxproxy/ctxproxy/stack"
 )
 
@@ -78,36 +83,45 @@ func TestDashboard(t *testing.T) {
 
 	fake, upURL := fakeUpstream(t)
 	fake.SetResponder(fakeapi.Script(fakeapi.Reply{Content: []json.RawMessage{fakeapi.Text("hi")}, Usage: &fakeapi.Usage{InputTokens: 10, OutputTokens: 2}}))
-	// Tenants: acme (edits, memory), capped (spend caps), default.
-	const cappedKey = "sk-ant-dashboard-capped"
+	// Tenants: acme (edits, memory), capped (spend caps), lab (the policy lab), default.
+	const cappedKey, labKey = "sk-ant-dashboard-capped", "sk-ant-dashboard-lab"
 	pols, _, err := stack.Layout(t.TempDir(), map[string]string{
 		"default.yaml": "tenant: default\nmemory:\n  mode: off\n",
 		"acme.yaml": stack.TenantPolicy("acme", binKey,
 			"context_management:\n  mode: enforce\n  clear_tool_uses:\n    trigger: { type: input_tokens, value: 30000 }\nmemory:\n  mode: proxy\n"),
 		"capped.yaml": stack.TenantPolicy("capped", cappedKey, "limits:\n  spend: [{period: daily, usd: 5}, {period: monthly, usd: 100}]\n"),
+		"lab.yaml": stack.TenantPolicy("lab", labKey,
+			"shadow:\n  sample: 0.01\n  candidates:\n    - name: no-edits\n      context_management: { mode: off }\n"),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	proxy := startProxy(t, "--upstream", upURL, "--policies", pols, "--memory-dir", t.TempDir(),
-		"--ledger", "file:"+filepath.Join(t.TempDir(), "l.jsonl"), "--metrics-addr", "127.0.0.1:0")
-	// One ordinary request per tenant, each by its key (default by a key no tenant lists).
-	for _, key := range []string{binKey, cappedKey, "sk-ant-dashboard-no-tenant"} {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+proxy.Addr+"/v1/messages",
-			strings.NewReader(`{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`))
+		"--ledger", "file:"+filepath.Join(t.TempDir(), "l.jsonl"), "--debug-addr", "127.0.0.1:0")
+	post := func(key, body string) string {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, "http://"+proxy.Addr+"/v1/messages", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Anthropic-Version", "2023-06-01")
+		req.Header.Set("Anthropic-Beta", fakeapi.BetaThinkingBinding)
 		req.Header.Set("X-Api-Key", key)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
 		if resp.StatusCode != 200 {
-			t.Fatalf("request as %q: status %d", key, resp.StatusCode)
+			t.Fatalf("request as %q: status %d %s", key, resp.StatusCode, b)
 		}
+		return string(b)
 	}
-	exposed := metricsText(t, proxy)
+	// One ordinary request per tenant, each by its key (default by a key no tenant lists).
+	for _, key := range []string{binKey, cappedKey, labKey, "sk-ant-dashboard-no-tenant"} {
+		post(key, `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`)
+	}
+	panelEvents(t, proxy, fake, post)
+	exposed := debugMetrics(t, proxy)
 	series := map[string]bool{}
 	for _, line := range strings.Split(exposed, "\n") {
 		if line == "" || line[0] == '#' {
@@ -127,6 +141,53 @@ func TestDashboard(t *testing.T) {
 			}
 		})
 	}
+}
+
+// panelEvents makes what the event-only panels count happen once: acme uses
+// a model the API lists as deprecated (the models are read again, as every
+// ten minutes), and sends back a thinking block whose conversation changed
+// under drop_block, which the API drops and reports in input_transformations.
+func panelEvents(t *testing.T, proxy *binaries.Process, fake *fakeapi.API, post func(key, body string) string) {
+	t.Helper()
+	refresh := func() {
+		resp, err := http.Post("http://"+proxy.Addrs["debug listening"]+"/debug/models/refresh", "application/json", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("models refresh: status %d", resp.StatusCode)
+		}
+	}
+	refresh() // acme's models are known by its credential now
+	post(binKey, `{"model":"claude-opus-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`)
+	refresh()
+
+	fake.SetResponder(fakeapi.Script(fakeapi.Reply{Content: []json.RawMessage{fakeapi.Thinking("Plan.", "sig_plan"), fakeapi.Text("Hi.")}}))
+	thinking := func(mode string) string {
+		return `"thinking":{"type":"enabled","budget_tokens":1024,"block_binding":{"prefix_mismatch_behavior":"` + mode + `"}}`
+	}
+	first := post(binKey, `{"model":"claude-opus-4-8","max_tokens":2000,`+thinking("error")+`,"messages":[{"role":"user","content":"hi"}]}`)
+	content := gjson.Get(first, "content").Raw
+	post(binKey, `{"model":"claude-opus-4-8","max_tokens":2000,`+thinking("drop_block")+`,"messages":[{"role":"user","content":"hello"},{"role":"assistant","content":`+content+`},{"role":"user","content":"go on"}]}`)
+	// The count is made as the call is accounted, which may end after the reply.
+	testwait.Eventually(t, "the dropped thinking block counted", func() {
+		for !strings.Contains(debugMetrics(t, proxy), "ctxproxy_input_transformations_total{") {
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+}
+
+// debugMetrics is /metrics on the debug listener.
+func debugMetrics(t *testing.T, proxy *binaries.Process) string {
+	t.Helper()
+	resp, err := http.Get("http://" + proxy.Addrs["debug listening"] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 // Every panel reads the dashboard's datasource variable (a Prometheus
