@@ -1,14 +1,13 @@
 package tokens
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,6 +21,21 @@ import (
 // several instances may start at once. Times are stored to the microsecond.
 type PGLedger struct {
 	pool *pgxpool.Pool
+	fold struct { // when this process's batches fold the pending rollup rows (foldDue)
+		sync.Mutex
+		everyLines int
+		after      time.Duration
+		lines      int       // in the batches since the last fold
+		last       time.Time // of the last fold; zero: the first batch folds
+		running    bool
+	}
+}
+
+// newPGLedger is a ledger on pool that folds as pgFoldLines and pgFoldAfter say.
+func newPGLedger(pool *pgxpool.Pool) *PGLedger {
+	l := &PGLedger{pool: pool}
+	l.fold.everyLines, l.fold.after = pgFoldLines, pgFoldAfter
+	return l
 }
 
 // PGSchemas are the PostgreSQL schemas of the ledger's database, applied by
@@ -192,6 +206,12 @@ var PGSchema = pgmigrate.Schema{Name: "ledger", Versions: [][]string{
 			ADD COLUMN new_clearing_point boolean NOT NULL DEFAULT false,
 			ADD COLUMN compact_not_measured boolean NOT NULL DEFAULT false`,
 	},
+	// 13: a batch's sums as one row (appendPending) in the statement that inserts its lines;
+	// a batch now and then folds them into the rollup tables (ledger_pg_rollup.go). No index:
+	// a fold takes them all, a report reads them all.
+	{
+		`CREATE TABLE ctxproxy_ledger_rollup_pending (batch bytea NOT NULL)`,
+	},
 }}
 
 // pgRollupTables are the rollup tables by bucket width, widest first.
@@ -215,7 +235,7 @@ func OpenPGLedger(ctx context.Context, url string) (*PGLedger, error) {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres ledger %s@%s/%s: %w", cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Database, err)
 	}
-	return &PGLedger{pool: pool}, nil
+	return newPGLedger(pool), nil
 }
 
 // ReadPGLedger connects to the ledger at url to read it (a report): it writes no schema, and
@@ -238,7 +258,7 @@ func ReadPGLedger(ctx context.Context, url string) (*PGLedger, error) {
 		}
 		return nil, fmt.Errorf("postgres ledger %s: %w (run `ctxproxy migrate` with this build)", where, err)
 	}
-	return &PGLedger{pool: pool}, nil
+	return newPGLedger(pool), nil
 }
 
 // Append inserts c.
@@ -265,15 +285,25 @@ const (
 	pgNumColumnsV12 = 9
 )
 
-// AppendBatch inserts cs in one multi-row INSERT and adds them to their rollups, in one
-// round trip and one transaction: all of them or none, never a line without its rollup.
+// AppendBatch inserts cs in one multi-row INSERT with their sums (one pending rollup row),
+// in one round trip and one statement; a batch that folds (foldDue) also takes the pending
+// rows into the rollup tables, in its transaction. All of them or none, never a line
+// without its sums.
 func (l *PGLedger) AppendBatch(ctx context.Context, cs []Call) (int, error) {
 	if len(cs) == 0 {
 		return 0, nil
 	}
 	var sql strings.Builder
+	args := make([]any, 0, len(cs)*pgNumColumns+1)
+	sums := make(pendingSums, len(cs))
+	for i := range cs {
+		sums.add(&cs[i])
+	}
+	fold := l.foldDue(len(cs))
+	if !fold && len(sums) > 0 {
+		sql.WriteString(pgPendingInsert(len(cs)*pgNumColumns + 1))
+	}
 	sql.WriteString(pgColumns)
-	args := make([]any, 0, len(cs)*pgNumColumns)
 	for i := range cs {
 		if i > 0 {
 			sql.WriteByte(',')
@@ -281,66 +311,23 @@ func (l *PGLedger) AppendBatch(ctx context.Context, cs []Call) (int, error) {
 		sql.WriteString(pgValuesRow(len(args)))
 		args = appendPGArgs(args, &cs[i])
 	}
+	if !fold {
+		if len(sums) > 0 {
+			args = append(args, appendPending(nil, sums))
+		}
+		if _, err := l.pool.Exec(ctx, sql.String(), args...); err != nil {
+			return 0, fmt.Errorf("ledger append: %w", err)
+		}
+		return len(cs), nil
+	}
 	var b pgx.Batch
 	b.Queue(sql.String(), args...)
-	for _, t := range pgRollupTables {
-		b.Queue(pgRollupUpsert(t.table), pgRollupArgs(cs, t.width)...)
-	}
-	// A batch not in a transaction runs in one implicit transaction.
-	if err := l.pool.SendBatch(ctx, &b).Close(); err != nil {
+	err := l.appendFolding(ctx, &b, sums)
+	l.folded(err == nil)
+	if err != nil {
 		return 0, fmt.Errorf("ledger append: %w", err)
 	}
 	return len(cs), nil
-}
-
-// pgRollupUpsert adds rows of sums (pgRollupArgs) to a rollup table.
-func pgRollupUpsert(table string) string {
-	var cols, arrays, set strings.Builder
-	for i, f := range rollupSums {
-		fmt.Fprintf(&cols, ", %s", f.col)
-		fmt.Fprintf(&arrays, ", $%d::bigint[]", i+5)
-		if i > 0 {
-			set.WriteString(", ")
-		}
-		fmt.Fprintf(&set, "%s = r.%[1]s + excluded.%[1]s", f.col)
-	}
-	return `INSERT INTO ` + table + ` AS r (dim, tenant, hour, value` + cols.String() + `)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[]` + arrays.String() + `)
-		ON CONFLICT (dim, tenant, hour, value) DO UPDATE SET ` + set.String()
-}
-
-// pgRollupArgs are the rollup rows of cs as the arrays of pgRollupUpsert, in key order so
-// that concurrent batches lock the rows they share in the same order.
-func pgRollupArgs(cs []Call, width time.Duration) []any {
-	m := make(map[rollupKey]*Totals, len(cs))
-	for i := range cs {
-		rollupAdd(m, &cs[i], width)
-	}
-	keys := make([]rollupKey, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b rollupKey) int {
-		return cmp.Or(strings.Compare(rollupDims[a.dim], rollupDims[b.dim]), strings.Compare(a.tenant, b.tenant), cmp.Compare(a.bucket, b.bucket), strings.Compare(a.value, b.value))
-	})
-	dims, tenants, values := make([]string, len(keys)), make([]string, len(keys)), make([]string, len(keys))
-	hours := make([]time.Time, len(keys))
-	sums := make([][]int64, len(rollupSums))
-	for j := range sums {
-		sums[j] = make([]int64, len(keys))
-	}
-	for i, k := range keys {
-		dims[i], tenants[i], hours[i], values[i] = rollupDims[k.dim], k.tenant, k.bucketTime(), k.value
-		t := m[k]
-		for j, f := range rollupSums {
-			sums[j][i] = *f.of(t)
-		}
-	}
-	args := []any{dims, tenants, hours, values}
-	for _, s := range sums {
-		args = append(args, s)
-	}
-	return args
 }
 
 // pgValuesRow is the VALUES row of one line whose first argument is $n+1.
@@ -515,14 +502,17 @@ func (l *PGLedger) rollupView(ctx context.Context) (rollupView, []time.Duration,
 	for i, t := range pgRollupTables {
 		widths[i] = t.width
 	}
-	return pgRollupView{tx}, widths, nil
+	return &pgRollupView{tx: tx}, widths, nil
 }
 
-type pgRollupView struct{ tx pgx.Tx }
+type pgRollupView struct {
+	tx      pgx.Tx
+	pending pendingSums // read by the first addPending
+}
 
-func (v pgRollupView) close(ctx context.Context) error { return v.tx.Rollback(ctx) }
+func (v *pgRollupView) close(ctx context.Context) error { return v.tx.Rollback(ctx) }
 
-func (v pgRollupView) addLines(ctx context.Context, b *reportBuilder, f Filter) error {
+func (v *pgRollupView) addLines(ctx context.Context, b *reportBuilder, f Filter) error {
 	return pgQueryLines(ctx, v.tx, f, b.addCall)
 }
 
@@ -535,7 +525,7 @@ var pgRollupSums = func() string {
 	return s.String()
 }()
 
-func (v pgRollupView) addRollup(ctx context.Context, b *reportBuilder, width time.Duration, tenant string, from, to time.Time) error {
+func (v *pgRollupView) addRollup(ctx context.Context, b *reportBuilder, width time.Duration, tenant string, from, to time.Time) error {
 	table := ""
 	for _, t := range pgRollupTables {
 		if t.width == width {
@@ -570,7 +560,10 @@ func (v pgRollupView) addRollup(ctx context.Context, b *reportBuilder, width tim
 		}
 		b.add(rowTenant, value, &t)
 	}
-	return rows.Err()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	return v.addPending(ctx, b, width, tenant, from, to)
 }
 
 // Ping checks the database is reachable.

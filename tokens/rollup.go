@@ -9,7 +9,8 @@ import (
 // Rollups: a report over a month of calls reads the sums each store keeps per hour (the file
 // ledger: per day) and tenant and model, key id or user, not the month's lines. Both stores
 // keep them as they append, from the same lineTotals the line-by-line report uses: PostgreSQL
-// in the transaction of each batch (ctxproxy_ledger_rollup), the file ledger beside its file
+// in the transactions of its batches (ctxproxy_ledger_rollup and _day, with the sums of the
+// batches not folded into them yet: ledger_pg_rollup.go), the file ledger beside its file
 // (fileRollup). A report's whole buckets come from the rollup, the parts of a bucket at
 // either end of its period from the lines themselves, both from one view of the store.
 

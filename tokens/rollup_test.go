@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -154,15 +155,29 @@ func rollupSuite(t *testing.T, open func(t *testing.T) BatchLedger) {
 	})
 }
 
+// foldEvery makes l fold when its batches since the last fold hold lines lines, and never
+// for the time passed (0: never fold).
+func foldEvery(l *PGLedger, lines int) *PGLedger {
+	if lines == 0 {
+		lines = math.MaxInt
+	}
+	l.fold.everyLines, l.fold.after, l.fold.last = lines, time.Duration(math.MaxInt64), time.Now()
+	return l
+}
+
 func TestPGRollups(t *testing.T) {
-	rollupSuite(t, func(t *testing.T) BatchLedger {
-		l, err := OpenPGLedger(context.Background(), pgTestURL(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	})
 	ctx := context.Background()
+	for _, every := range []int{1, 37, 0} {
+		t.Run(fmt.Sprintf("folding every %d lines", every), func(t *testing.T) {
+			rollupSuite(t, func(t *testing.T) BatchLedger {
+				l, err := OpenPGLedger(ctx, pgTestURL(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return foldEvery(l, every)
+			})
+		})
+	}
 	t.Run("a batch whose rollup fails is not written either", func(t *testing.T) {
 		db := pgtest.New(t, "tokens_test")
 		l, err := OpenPGLedger(ctx, db.URL)
@@ -170,6 +185,7 @@ func TestPGRollups(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Close()
+		foldEvery(l, 1)
 		db.Exec(t, `ALTER TABLE `+db.Schema+`.ctxproxy_ledger_rollup ADD CONSTRAINT doomed CHECK (tenant <> 'doomed')`)
 		calls := randomCalls(rand.New(rand.NewPCG(4, 4)), 50, rollupStart, 48)
 		if _, err := l.AppendBatch(ctx, calls[:20]); err != nil {
@@ -187,6 +203,109 @@ func TestPGRollups(t *testing.T) {
 			t.Fatalf("%d lines, want the 40 of the batches that were written", n)
 		}
 		checkReportsEqualScan(t, l)
+	})
+	t.Run("a fold that fails writes neither its batch nor its fold, and loses no pending sums", func(t *testing.T) {
+		db := pgtest.New(t, "tokens_test")
+		l, err := OpenPGLedger(ctx, db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		foldEvery(l, 0)
+		db.Exec(t, `ALTER TABLE `+db.Schema+`.ctxproxy_ledger_rollup_day ADD CONSTRAINT doomed CHECK (tenant <> 'doomed')`)
+		calls := randomCalls(rand.New(rand.NewPCG(6, 6)), 60, rollupStart, 48)
+		calls[13].Tenant = "doomed"
+		if _, err := l.AppendBatch(ctx, calls[:20]); err != nil { // pending: not folded yet
+			t.Fatal(err)
+		}
+		foldEvery(l, 1)
+		if n, err := l.AppendBatch(ctx, calls[20:40]); err == nil || n != 0 {
+			t.Fatalf("AppendBatch = %d, %v; want the fold's failure", n, err)
+		}
+		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger`); n != 20 {
+			t.Fatalf("%d lines, want the 20 of the first batch", n)
+		}
+		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger_rollup_pending`); n != 1 {
+			t.Fatalf("%d pending rows, want the first batch's", n)
+		}
+		checkReportsEqualScan(t, l)
+		db.Exec(t, `ALTER TABLE `+db.Schema+`.ctxproxy_ledger_rollup_day DROP CONSTRAINT doomed`)
+		if _, err := l.AppendBatch(ctx, calls[40:]); err != nil {
+			t.Fatal(err)
+		}
+		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger_rollup_pending`); n != 0 {
+			t.Fatalf("%d pending rows after a fold, want 0", n)
+		}
+		checkReportsEqualScan(t, l)
+	})
+	t.Run("a process killed before it folds leaves its sums pending, and the next one folds them", func(t *testing.T) {
+		db := pgtest.New(t, "tokens_test")
+		calls := randomCalls(rand.New(rand.NewPCG(7, 7)), 300, rollupStart, 24*33)
+		killed, err := OpenPGLedger(ctx, db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		foldEvery(killed, 0)
+		for i := 0; i < 200; i += 25 {
+			if _, err := killed.AppendBatch(ctx, calls[i:i+25]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		killed.pool.Close() // its connections end as a killed process's do
+		l, err := OpenPGLedger(ctx, db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger_rollup_pending`); n != 8 {
+			t.Fatalf("%d pending rows, want the killed process's 8 batches", n)
+		}
+		checkReportsEqualScan(t, l)
+		if _, err := l.AppendBatch(ctx, calls[200:]); err != nil { // a process's first batch folds
+			t.Fatal(err)
+		}
+		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger_rollup_pending`); n != 0 {
+			t.Fatalf("%d pending rows after the next process's first batch, want 0", n)
+		}
+		checkReportsEqualScan(t, l)
+	})
+	t.Run("processes folding at once sum every batch once", func(t *testing.T) {
+		db := pgtest.New(t, "tokens_test")
+		calls := randomCalls(rand.New(rand.NewPCG(8, 8)), 600, rollupStart, 24*3)
+		var wg sync.WaitGroup
+		errc := make(chan error, 3)
+		for p := range 3 {
+			l, err := OpenPGLedger(ctx, db.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			foldEvery(l, 1+p*7)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := p * 10; i < len(calls); i += 30 {
+					if _, err := l.AppendBatch(ctx, calls[i:i+10]); err != nil {
+						errc <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errc)
+		for err := range errc {
+			t.Fatal(err)
+		}
+		l, err := OpenPGLedger(ctx, db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		checkReportsEqualScan(t, l)
+		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger`); n != 600 {
+			t.Fatalf("%d lines, want 600", n)
+		}
 	})
 	t.Run("a database migrated to rollups sums the lines it had", func(t *testing.T) {
 		db := pgtest.New(t, "tokens_test")
@@ -404,4 +523,63 @@ func TestAddTotalsAddsEverySum(t *testing.T) {
 			t.Errorf("%s: %d, want %d", f.col, got, 2*(i+1))
 		}
 	}
+}
+
+func TestPendingRollupRows(t *testing.T) {
+	calls := randomCalls(rand.New(rand.NewPCG(3, 1)), 300, rollupStart, 24*3)
+	calls[5].Time = time.Date(1969, 12, 31, 23, 59, 0, 0, time.UTC) // before the epoch: a negative hour
+	calls[6].Usage.InputTokens, calls[6].Cost = -5, -7               // corrected lines may subtract
+	want := pendingSums{}
+	for i := range calls {
+		want.add(&calls[i])
+	}
+	b := appendPending(nil, want)
+	t.Run("read back, they are the sums written", func(t *testing.T) {
+		got := pendingSums{}
+		if err := readPending(b, got); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("read %d rows, want the %d written, equal", len(got), len(want))
+		}
+	})
+	t.Run("read into sums, they add to them", func(t *testing.T) {
+		got := pendingSums{}
+		for range 2 {
+			if err := readPending(b, got); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for k, w := range want {
+			if got[k].Calls != 2*w.Calls || got[k].CostUSD != 2*w.CostUSD {
+				t.Fatalf("%+v: %d calls, %d cost; want twice %d, %d", k, got[k].Calls, got[k].CostUSD, w.Calls, w.CostUSD)
+			}
+		}
+	})
+	t.Run("a cut, extended or foreign row is refused, never misread", func(t *testing.T) {
+		for i := range b {
+			if err := readPending(b[:i], pendingSums{}); err == nil {
+				t.Fatalf("the first %d of %d bytes read without an error", i, len(b))
+			}
+		}
+		if err := readPending(append(b[:len(b):len(b)], 0), pendingSums{}); err == nil {
+			t.Fatal("a row with a byte after its rows read without an error")
+		}
+		more := append([]byte{pendingFormat, byte(len(rollupSums) + 1)}, b[2:]...)
+		if err := readPending(more, pendingSums{}); err == nil {
+			t.Fatal("a row of more sums than this build keeps read without an error")
+		}
+		if err := readPending(append([]byte{pendingFormat + 1}, b[1:]...), pendingSums{}); err == nil {
+			t.Fatal("a row of another format read without an error")
+		}
+	})
+	t.Run("shadow lines add nothing", func(t *testing.T) {
+		p := pendingSums{}
+		c := calls[0]
+		c.Shadow = &Shadow{Name: "lab"}
+		p.add(&c)
+		if len(p) != 0 {
+			t.Fatalf("a shadow line made %d pending rows", len(p))
+		}
+	})
 }
