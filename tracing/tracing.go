@@ -65,9 +65,12 @@ func FromEnv(ctx context.Context, getenv Getenv, version string) (*Tracer, error
 	if err != nil {
 		return nil, err
 	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
-		attribute.String("service.version", version),
-	))
+	// resource.Default read OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
+	// once for the process, at its first call (a test's, maybe): read now.
+	res, err := resource.Merge(resource.Default(), resource.EnvironmentWithContext(ctx))
+	if err == nil {
+		res, err = resource.Merge(res, resource.NewSchemaless(attribute.String("service.version", version)))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("tracing: resource: %w", err)
 	}
@@ -93,23 +96,24 @@ func WithExporter(exp sdktrace.SpanExporter, opts ...sdktrace.TracerProviderOpti
 }
 
 // newExporter picks OTLP/HTTP protobuf or gRPC by OTEL_EXPORTER_OTLP_PROTOCOL
-// (the traces-specific variable first). Both exporters read the endpoint,
-// headers, TLS and timeout variables themselves.
-func newExporter(ctx context.Context, getenv Getenv) (*otlptrace.Exporter, error) {
+// (the traces-specific variable first). Both clients read the endpoint,
+// headers, compression, TLS and timeout variables themselves; the spans are
+// encoded by protoExporter.
+func newExporter(ctx context.Context, getenv Getenv) (sdktrace.SpanExporter, error) {
 	proto := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
 	if proto == "" {
 		proto = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
 	}
-	var exp *otlptrace.Exporter
-	var err error
+	var client otlptrace.Client
 	switch proto {
 	case "", "http/protobuf":
-		exp, err = otlptracehttp.New(ctx)
+		client = otlptracehttp.NewClient()
 	case "grpc":
-		exp, err = otlptracegrpc.New(ctx)
+		client = otlptracegrpc.NewClient()
 	default:
 		return nil, fmt.Errorf("tracing: OTEL_EXPORTER_OTLP_PROTOCOL %q is not supported (use http/protobuf or grpc)", proto)
 	}
+	exp, err := newProtoExporter(ctx, client)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: OTLP %s exporter: %w", proto, err)
 	}

@@ -1,0 +1,363 @@
+package tracing
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
+)
+
+// collector keeps every ExportTraceServiceRequest it is sent, over OTLP/HTTP
+// (gzip or not) or gRPC, and the headers of the last HTTP one.
+type collector struct {
+	mu     sync.Mutex
+	reqs   []*coltracepb.ExportTraceServiceRequest
+	header http.Header
+	coltracepb.UnimplementedTraceServiceServer
+}
+
+func (c *collector) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	c.mu.Lock()
+	c.reqs = append(c.reqs, proto.Clone(req).(*coltracepb.ExportTraceServiceRequest))
+	c.mu.Unlock()
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var body io.Reader = r.Body
+	if r.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		body = zr
+	}
+	b, err := io.ReadAll(body)
+	var req coltracepb.ExportTraceServiceRequest
+	if err == nil {
+		err = proto.Unmarshal(b, &req)
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	c.mu.Lock()
+	c.reqs = append(c.reqs, &req)
+	c.header = r.Header.Clone()
+	c.mu.Unlock()
+	w.Header().Set("Content-Type", "application/x-protobuf")
+}
+
+// got is everything received, as one request with its resources in a fixed
+// order (otlptrace's exporter emits them in map order).
+func (c *collector) got(t *testing.T) *coltracepb.ExportTraceServiceRequest {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	all := &coltracepb.ExportTraceServiceRequest{}
+	for _, r := range c.reqs {
+		all.ResourceSpans = append(all.ResourceSpans, r.ResourceSpans...)
+	}
+	key := func(rs *tracepb.ResourceSpans) string { return prototext.Format(rs.GetResource()) }
+	sort.SliceStable(all.ResourceSpans, func(i, j int) bool { return key(all.ResourceSpans[i]) < key(all.ResourceSpans[j]) })
+	return all
+}
+
+func startHTTPCollector(t *testing.T) (*collector, string) {
+	c := &collector{}
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	return c, srv.URL + "/v1/traces"
+}
+
+func startGRPCCollector(t *testing.T) (*collector, string) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &collector{}
+	srv := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(srv, c)
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+	return c, ln.Addr().String()
+}
+
+// testSpans are spans with every field an export carries: two resources,
+// two scopes of one of them, remote and local parents, a trace state, each
+// kind of attribute value, events, links, an error status and dropped
+// counts; then the spans a request makes through Tracer, failed ones
+// among them.
+func testSpans(t *testing.T) []sdktrace.ReadOnlySpan {
+	resA := resource.NewWithAttributes("https://opentelemetry.io/schemas/1.26.0",
+		attribute.String("service.name", "ctxproxy"), attribute.String("service.version", "v1"))
+	resB := resource.NewSchemaless(attribute.String("service.name", "other"), attribute.Int("shard", 3))
+	scope1 := instrumentation.Scope{Name: "github.com/ctxproxy/ctxproxy"}
+	scope2 := instrumentation.Scope{Name: "lib", Version: "1.2.3", SchemaURL: "https://example.com/s",
+		Attributes: attribute.NewSet(attribute.Bool("lib.x", true))}
+	ts, err := trace.ParseTraceState("vendor=abc,other=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tid := trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36}
+	sc := func(span byte, remote bool, state trace.TraceState) trace.SpanContext {
+		return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID{0, 0, 0, 0, 0, 0, 0, span},
+			TraceFlags: trace.FlagsSampled, TraceState: state, Remote: remote})
+	}
+	start := time.Date(2026, 12, 5, 17, 0, 0, 123456789, time.UTC)
+	all := []attribute.KeyValue{
+		attribute.String("s", "text"), attribute.String("empty", ""), attribute.Bool("t", true), attribute.Bool("f", false),
+		attribute.Int64("i", -42), attribute.Int64("zero", 0), attribute.Float64("d", 0.0042), attribute.Float64("dzero", 0),
+		attribute.StringSlice("ss", []string{"end_turn", ""}), attribute.StringSlice("ss0", []string{}),
+		attribute.BoolSlice("bs", []bool{true, false}), attribute.Int64Slice("is", []int64{1, 0, -1}),
+		attribute.Float64Slice("ds", []float64{1.5, 0}), attribute.ByteSlice("b", []byte{0, 1, 2}),
+		attribute.Slice("mixed", attribute.StringValue("a"), attribute.Int64Value(2), attribute.Value{}),
+		attribute.Map("m", attribute.String("k", "v"), attribute.Map("inner", attribute.Int("n", 1))),
+		attribute.KeyValue{Key: "nothing", Value: attribute.Value{}},
+		attribute.String("long", string(bytes.Repeat([]byte("x"), 300))),
+	}
+	stubs := tracetest.SpanStubs{
+		{
+			Name: "POST /v1/messages", SpanContext: sc(1, false, ts), Parent: sc(9, true, trace.TraceState{}),
+			SpanKind: trace.SpanKindServer, StartTime: start, EndTime: start.Add(3 * time.Millisecond),
+			Attributes: all, Status: sdktrace.Status{Code: codes.Error, Description: "request failed"},
+			DroppedAttributes: 2, DroppedEvents: 1, DroppedLinks: 3,
+			Events: []sdktrace.Event{
+				{Name: "exception", Time: start.Add(time.Millisecond), DroppedAttributeCount: 1,
+					Attributes: []attribute.KeyValue{attribute.String("exception.type", "io.EOF"), attribute.Int("n", 7)}},
+				{Name: "bare", Time: start.Add(2 * time.Millisecond)},
+			},
+			Links: []sdktrace.Link{{SpanContext: sc(7, true, ts), Attributes: []attribute.KeyValue{attribute.String("why", "batch")},
+				DroppedAttributeCount: 4}},
+			Resource: resA, InstrumentationScope: scope1,
+		},
+		{
+			Name: "chat claude-sonnet-4-5", SpanContext: sc(2, false, trace.TraceState{}), Parent: sc(1, false, ts),
+			SpanKind: trace.SpanKindClient, StartTime: start, EndTime: start.Add(time.Millisecond),
+			Attributes: []attribute.KeyValue{attribute.String(AttrErrorType, "overloaded_error")},
+			Status:     sdktrace.Status{Code: codes.Error, Description: "upstream answered an error"},
+			Resource:   resA, InstrumentationScope: scope2,
+		},
+		{Name: "unset", SpanKind: trace.SpanKindInternal, SpanContext: sc(3, false, trace.TraceState{}), StartTime: start,
+			EndTime: start, Status: sdktrace.Status{Code: codes.Ok}, Resource: resB, InstrumentationScope: scope1},
+		{Name: "no resource, no scope", SpanKind: trace.SpanKindProducer, SpanContext: sc(4, false, trace.TraceState{})},
+		{Name: "a", SpanKind: trace.SpanKindConsumer, SpanContext: sc(5, false, trace.TraceState{}), Resource: resA, InstrumentationScope: scope1},
+	}
+	spans := stubs.Snapshots()
+
+	// And what Tracer records for a request: its server span, a chat span
+	// that failed, a memory command.
+	mem := tracetest.NewInMemoryExporter()
+	tr := WithExporter(mem, sdktrace.WithResource(resA))
+	r := httptest.NewRequest("POST", "/v1/messages", nil)
+	r.Header.Set("Traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	ctx, srv := tr.StartServer(r, "/v1/messages")
+	cctx, chat := tr.StartChat(ctx, ChatRequest{Model: "claude-sonnet-4-5", MaxTokens: 1024, Stream: true, Tenant: "acme",
+		PolicyMode: "enforce", Edits: []string{"clear_thinking_20251015"}, Round: 1})
+	chat.SetInput("msg_prev", `[{"role":"user","content":"hi"}]`)
+	_, m := tr.StartMemory(cctx, "view")
+	m.EndMemory(true, 42)
+	chat.EndChat(ChatResponse{Status: 529, ID: "msg_1", Model: "claude-sonnet-4-5-20250929", StopReason: "end_turn",
+		InputTokens: 10, OutputTokens: 5, CacheRead: 100, AppliedEdits: []string{"clear_thinking_20251015"},
+		InputTransformations: []string{"compact:threshold"}, CostUSD: 0.0123})
+	srv.EndServer(502, "acme")
+	if err := tr.tp.ForceFlush(context.Background()); err != nil { // Shutdown would empty mem
+		t.Fatal(err)
+	}
+	got := mem.GetSpans()
+	tr.Shutdown(context.Background())
+	if len(got) != 3 {
+		t.Fatalf("the tracer recorded %d spans, want 3", len(got))
+	}
+	return append(spans, got.Snapshots()...)
+}
+
+// The exporter sends exactly what the SDK's OTLP exporter sends for the same
+// spans: both export to a collector, which decodes the requests, and the
+// two are compared field by field.
+func TestProtoExporterSendsWhatTheSDKExporterSends(t *testing.T) {
+	spans := testSpans(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		client func(t *testing.T) (otlptrace.Client, *collector)
+	}{
+		{"http/protobuf", func(t *testing.T) (otlptrace.Client, *collector) {
+			c, url := startHTTPCollector(t)
+			return otlptracehttp.NewClient(otlptracehttp.WithEndpointURL(url)), c
+		}},
+		{"http/protobuf gzip", func(t *testing.T) (otlptrace.Client, *collector) {
+			c, url := startHTTPCollector(t)
+			return otlptracehttp.NewClient(otlptracehttp.WithEndpointURL(url), otlptracehttp.WithCompression(otlptracehttp.GzipCompression)), c
+		}},
+		{"grpc", func(t *testing.T) (otlptrace.Client, *collector) {
+			c, addr := startGRPCCollector(t)
+			return otlptracegrpc.NewClient(otlptracegrpc.WithEndpoint(addr), otlptracegrpc.WithInsecure()), c
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sdkClient, sdkGot := tc.client(t)
+			sdkExp, err := otlptrace.New(ctx, sdkClient)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ourClient, ourGot := tc.client(t)
+			ours, err := newProtoExporter(ctx, ourClient)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Twice: the second batch reuses the first one's buffer.
+			for range 2 {
+				if err := sdkExp.ExportSpans(ctx, spans); err != nil {
+					t.Fatal(err)
+				}
+				if err := ours.ExportSpans(ctx, spans); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sdkExp.Shutdown(ctx)
+			ours.Shutdown(ctx)
+			want, got := sdkGot.got(t), ourGot.got(t)
+			if n := countSpans(got); n != 2*len(spans) {
+				t.Errorf("%d spans received, want %d", n, 2*len(spans))
+			}
+			if !proto.Equal(got, want) {
+				t.Errorf("exported\n%s\nwant what the SDK's exporter sent\n%s", prototext.Format(got), prototext.Format(want))
+			}
+		})
+	}
+}
+
+func countSpans(req *coltracepb.ExportTraceServiceRequest) int {
+	n := 0
+	for _, rs := range req.ResourceSpans {
+		for _, ss := range rs.ScopeSpans {
+			n += len(ss.Spans)
+		}
+	}
+	return n
+}
+
+// FromEnv's exporter is configured by the OTLP variables, as the SDK's:
+// here the traces endpoint, headers and gzip. (newExporter is that part of
+// FromEnv: the resource FromEnv adds is read from the environment once per
+// process, and another test sets the service's name.)
+func TestFromEnvExporterHonoursTheOTLPVariables(t *testing.T) {
+	c, url := startHTTPCollector(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", url)
+	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-team=agents,authorization=Bearer%20t0k")
+	t.Setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
+	exp, err := newExporter(context.Background(), os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := WithExporter(exp)
+	_, sp := tr.StartServer(httptest.NewRequest("POST", "/v1/messages", nil), "/v1/messages")
+	sp.EndServer(200, "acme")
+	if err := tr.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := c.got(t)
+	if countSpans(got) != 1 {
+		t.Fatalf("received %d spans, want 1", countSpans(got))
+	}
+	if h := c.header; h.Get("X-Team") != "agents" || h.Get("Authorization") != "Bearer t0k" || h.Get("Content-Encoding") != "gzip" {
+		t.Errorf("export headers %v: want the OTEL_EXPORTER_OTLP_HEADERS and gzip", h)
+	}
+	if name := got.ResourceSpans[0].ScopeSpans[0].Spans[0].Name; name != "POST /v1/messages" {
+		t.Errorf("span name %q", name)
+	}
+}
+
+// A string that is not UTF-8 would make a collector refuse the whole batch;
+// it goes out with U+FFFD in place of the bad bytes.
+func TestProtoExporterReplacesInvalidUTF8(t *testing.T) {
+	c, url := startHTTPCollector(t)
+	exp, err := newProtoExporter(context.Background(), otlptracehttp.NewClient(otlptracehttp.WithEndpointURL(url)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exp.Shutdown(context.Background())
+	span := tracetest.SpanStub{Name: "caf\xe9", Attributes: []attribute.KeyValue{attribute.String("k", "x\xffy")}}.Snapshot()
+	if err := exp.ExportSpans(context.Background(), []sdktrace.ReadOnlySpan{span}); err != nil {
+		t.Fatal(err)
+	}
+	s := c.got(t).ResourceSpans[0].ScopeSpans[0].Spans[0]
+	if s.Name != "caf\uFFFD" || s.Attributes[0].Value.GetStringValue() != "x\uFFFDy" {
+		t.Errorf("name %q, attribute %q", s.Name, s.Attributes[0].Value.GetStringValue())
+	}
+}
+
+// BenchmarkExportBatch exports a batch of 512 spans (the batch processor's
+// default) of 256 requests to an OTLP/HTTP collector that drops them: the
+// SDK's exporter against protoExporter.
+func BenchmarkExportBatch(b *testing.B) {
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer sink.Close()
+	mem := tracetest.NewInMemoryExporter()
+	tr := WithExporter(mem, sdktrace.WithResource(resource.Default()))
+	r := httptest.NewRequest("POST", "/v1/messages", nil)
+	for range 256 {
+		ctx, srv := tr.StartServer(r, "/v1/messages")
+		_, chat := tr.StartChat(ctx, ChatRequest{Model: "claude-sonnet-4-5", MaxTokens: 1024, Tenant: "acme",
+			PolicyMode: "enforce", Edits: []string{"clear_thinking_20251015"}})
+		chat.EndChat(ChatResponse{Status: 200, ID: "msg_01XFDUDYJgAACzvnptvVoYEL", Model: "claude-sonnet-4-5-20250929",
+			StopReason: "end_turn", InputTokens: 1200, OutputTokens: 85, CacheRead: 900,
+			AppliedEdits: []string{"clear_thinking_20251015"}, ClearedInput: 300, CostUSD: 0.0042})
+		srv.EndServer(200, "acme")
+	}
+	tr.tp.ForceFlush(context.Background())
+	spans := mem.GetSpans().Snapshots()
+	ctx := context.Background()
+	sdkExp, _ := otlptrace.New(ctx, otlptracehttp.NewClient(otlptracehttp.WithEndpointURL(sink.URL+"/v1/traces")))
+	ours, _ := newProtoExporter(ctx, otlptracehttp.NewClient(otlptracehttp.WithEndpointURL(sink.URL+"/v1/traces")))
+	for _, exp := range []struct {
+		name string
+		exp  sdktrace.SpanExporter
+	}{{"sdk", sdkExp}, {"proto", ours}} {
+		b.Run(exp.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := exp.exp.ExportSpans(ctx, spans); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("encode only", func(b *testing.B) {
+		b.ReportAllocs()
+		var enc encoder
+		for b.Loop() {
+			enc.resourceSpans(spans)
+		}
+		b.ReportMetric(float64(len(enc.b)), "bytes")
+	})
+}
