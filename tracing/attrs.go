@@ -87,8 +87,8 @@ func (s Span) EndChat(r ChatResponse) {
 	if s.sp == nil {
 		return
 	}
-	if s.sp.IsRecording() {
-		attrs := []attribute.KeyValue{
+	if s.Recording() {
+		s.a.add(
 			attribute.Int(AttrUpstreamStatus, r.Status),
 			// The conventions count every input token, cached or not.
 			attribute.Int64(AttrUsageInputTokens, r.InputTokens+r.CacheRead+r.CacheCreation),
@@ -98,31 +98,48 @@ func (s Span) EndChat(r ChatResponse) {
 			attribute.Int64(AttrClearedInputTokens, r.ClearedInput),
 			attribute.Int64(AttrClearedToolUses, r.ClearedTools),
 			attribute.Float64(AttrCostUSD, r.CostUSD),
-		}
+		)
 		if r.ID != "" {
-			attrs = append(attrs, attribute.String(AttrResponseID, r.ID))
+			s.a.add(attribute.String(AttrResponseID, r.ID))
 		}
 		if r.Model != "" {
-			attrs = append(attrs, attribute.String(AttrResponseModel, r.Model))
+			s.a.add(attribute.String(AttrResponseModel, r.Model))
 		}
 		if r.StopReason != "" {
-			attrs = append(attrs, attribute.StringSlice(AttrResponseFinishReasons, []string{r.StopReason}))
+			s.a.add(finishReasons(r.StopReason))
 		}
 		if len(r.AppliedEdits) > 0 {
-			attrs = append(attrs, attribute.StringSlice(AttrAppliedEdits, r.AppliedEdits))
+			s.a.add(attribute.StringSlice(AttrAppliedEdits, r.AppliedEdits))
 		}
 		if len(r.InputTransformations) > 0 {
-			attrs = append(attrs, attribute.StringSlice(AttrInputTransformations, r.InputTransformations))
+			s.a.add(attribute.StringSlice(AttrInputTransformations, r.InputTransformations))
 		}
 		if r.OutputMessages != "" {
-			attrs = append(attrs, attribute.String(AttrOutputMessages, r.OutputMessages))
+			s.a.add(attribute.String(AttrOutputMessages, r.OutputMessages))
 		}
-		s.sp.SetAttributes(attrs...)
 		if r.Status >= 400 {
 			s.Fail(apierr.Type(r.Status), "upstream answered an error")
 		}
 	}
-	s.sp.End()
+	s.End()
+}
+
+// knownFinishReasons are gen_ai.response.finish_reasons of the API's stop
+// reasons, made once: a one-element string slice is two allocations a reply.
+var knownFinishReasons = func() map[string]attribute.KeyValue {
+	m := map[string]attribute.KeyValue{}
+	for _, r := range []string{"end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal",
+		"model_context_window_exceeded", "compaction"} {
+		m[r] = attribute.StringSlice(AttrResponseFinishReasons, []string{r})
+	}
+	return m
+}()
+
+func finishReasons(stopReason string) attribute.KeyValue {
+	if kv, ok := knownFinishReasons[stopReason]; ok {
+		return kv
+	}
+	return attribute.StringSlice(AttrResponseFinishReasons, []string{stopReason})
 }
 
 // EndServer records the status the client got and the tenant, and ends the
@@ -131,13 +148,13 @@ func (s Span) EndServer(status int, tenant string) {
 	if s.sp == nil {
 		return
 	}
-	if s.sp.IsRecording() {
-		s.sp.SetAttributes(attribute.Int(AttrUpstreamStatus, status), attribute.String(AttrTenant, tenant))
+	if s.Recording() {
+		s.a.add(attribute.Int(AttrUpstreamStatus, status), attribute.String(AttrTenant, tenant))
 		if status >= 500 {
 			s.Fail(apierr.Type(status), "request failed")
 		}
 	}
-	s.sp.End()
+	s.End()
 }
 
 // SetInput records what the request says of its conversation on a chat
@@ -149,12 +166,12 @@ func (s Span) SetInput(conversationID, messages string) {
 		return
 	}
 	if conversationID != "" {
-		s.sp.SetAttributes(attribute.String(AttrConversationID, conversationID))
+		s.a.add(attribute.String(AttrConversationID, conversationID))
 	}
 	if messages != "" {
 		// The proxy leaves the messages' contents to the API to validate; an
 		// exporter refuses a batch with a string that is not UTF-8.
-		s.sp.SetAttributes(attribute.String(AttrInputMessages, strings.ToValidUTF8(messages, "\uFFFD")))
+		s.a.add(attribute.String(AttrInputMessages, strings.ToValidUTF8(messages, "\uFFFD")))
 	}
 }
 
@@ -162,7 +179,7 @@ func (s Span) SetInput(conversationID, messages string) {
 // tenant that opted into content in its traces.
 func (s Span) SetMemoryInput(input []byte) {
 	if s.Recording() { // the string is made only for a span that keeps it
-		s.sp.SetAttributes(attribute.String(AttrMemoryInput, string(input)))
+		s.a.add(attribute.String(AttrMemoryInput, string(input)))
 	}
 }
 
@@ -172,14 +189,12 @@ func (s Span) EndMemory(ok bool, bytes int) {
 	if s.sp == nil {
 		return
 	}
-	if !s.sp.IsRecording() {
-		s.sp.End()
-		return
+	if s.Recording() {
+		result := "ok"
+		if !ok {
+			result = "error"
+		}
+		s.a.add(attribute.String(AttrMemoryResult, result), attribute.Int(AttrMemoryBytes, bytes))
 	}
-	result := "ok"
-	if !ok {
-		result = "error"
-	}
-	s.sp.SetAttributes(attribute.String(AttrMemoryResult, result), attribute.Int(AttrMemoryBytes, bytes))
-	s.sp.End()
+	s.End()
 }

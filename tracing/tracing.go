@@ -151,19 +151,21 @@ func (t *Tracer) StartServer(r *http.Request, route string) (context.Context, Sp
 		return r.Context(), Span{}
 	}
 	ctx := r.Context()
-	if _, ok := r.Header["Traceparent"]; ok { // Extract finds nothing without it, at a header lookup's allocation
-		ctx = t.prop.Extract(ctx, propagation.HeaderCarrier(r.Header))
+	if _, ok := r.Header["Traceparent"]; ok { // Extract finds nothing without it
+		ctx = t.prop.Extract(ctx, traceHeaders(r.Header))
 	}
 	ctx, sp := t.t.Start(ctx, route, serverKind...)
-	if sp.IsRecording() {
-		sp.SetName(r.Method + " " + route)
-		sp.SetAttributes(
-			attribute.String("http.request.method", r.Method),
-			attribute.String("http.route", route),
-			attribute.String("url.path", r.URL.Path),
-		)
+	if !sp.IsRecording() {
+		return ctx, Span{sp: sp}
 	}
-	return ctx, Span{sp}
+	sp.SetName(r.Method + " " + route)
+	s := Span{sp: sp, a: newSmallAttrs()}
+	s.a.add(
+		attribute.String("http.request.method", r.Method),
+		attribute.String("http.route", route),
+		attribute.String("url.path", r.URL.Path),
+	)
+	return ctx, s
 }
 
 // StartChat starts the client span of one upstream Messages call:
@@ -178,11 +180,11 @@ func (t *Tracer) StartChat(ctx context.Context, req ChatRequest) (context.Contex
 	}
 	ctx, sp := t.t.Start(ctx, op, clientKind...)
 	if !sp.IsRecording() {
-		return ctx, Span{sp}
+		return ctx, Span{sp: sp}
 	}
 	sp.SetName(op + " " + req.Model)
-	attrs := make([]attribute.KeyValue, 0, 10)
-	attrs = append(attrs,
+	s := Span{sp: sp, a: newChatAttrs()}
+	s.a.add(
 		attribute.String(AttrProviderName, "anthropic"),
 		attribute.String(AttrOperationName, op),
 		attribute.String(AttrRequestModel, req.Model),
@@ -192,13 +194,12 @@ func (t *Tracer) StartChat(ctx context.Context, req ChatRequest) (context.Contex
 		attribute.Int(AttrMemoryRound, req.Round),
 	)
 	if req.MaxTokens > 0 {
-		attrs = append(attrs, attribute.Int64(AttrRequestMaxTokens, req.MaxTokens))
+		s.a.add(attribute.Int64(AttrRequestMaxTokens, req.MaxTokens))
 	}
 	if len(req.Edits) > 0 {
-		attrs = append(attrs, attribute.StringSlice(AttrEditsWritten, req.Edits))
+		s.a.add(attribute.StringSlice(AttrEditsWritten, req.Edits))
 	}
-	sp.SetAttributes(attrs...)
-	return ctx, Span{sp}
+	return ctx, s
 }
 
 // StartMemory starts the span of one memory command run by the proxy.
@@ -207,11 +208,13 @@ func (t *Tracer) StartMemory(ctx context.Context, command string) (context.Conte
 		return ctx, Span{}
 	}
 	ctx, sp := t.t.Start(ctx, "memory", internalKind...)
-	if sp.IsRecording() {
-		sp.SetName("memory " + command)
-		sp.SetAttributes(attribute.String(AttrMemoryCommand, command))
+	if !sp.IsRecording() {
+		return ctx, Span{sp: sp}
 	}
-	return ctx, Span{sp}
+	sp.SetName("memory " + command)
+	s := Span{sp: sp, a: newSmallAttrs()}
+	s.a.add(attribute.String(AttrMemoryCommand, command))
+	return ctx, s
 }
 
 // Inject writes the traceparent of the span in ctx into h, so the upstream
@@ -222,8 +225,34 @@ func (t *Tracer) Inject(ctx context.Context, h http.Header) {
 	if !t.Sampled(ctx) {
 		return
 	}
-	t.prop.Inject(ctx, propagation.HeaderCarrier(h))
+	t.prop.Inject(ctx, traceHeaders(h))
 }
+
+// traceHeaders is a request's headers as the W3C propagator reads and
+// writes them. It asks for "traceparent" and "tracestate"; http.Header
+// would make their canonical names anew (an allocation each) on every call.
+type traceHeaders http.Header
+
+func canonicalTraceHeader(key string) string {
+	switch key {
+	case "traceparent":
+		return "Traceparent"
+	case "tracestate":
+		return "Tracestate"
+	}
+	return http.CanonicalHeaderKey(key)
+}
+
+func (h traceHeaders) Get(key string) string {
+	if v := h[canonicalTraceHeader(key)]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (h traceHeaders) Set(key, value string) { h[canonicalTraceHeader(key)] = []string{value} }
+
+func (h traceHeaders) Keys() []string { return propagation.HeaderCarrier(h).Keys() }
 
 // Sampled reports whether Inject would write a traceparent for ctx, so a
 // caller can skip copying headers for it.
@@ -232,32 +261,75 @@ func (t *Tracer) Sampled(ctx context.Context) bool {
 }
 
 // Span is a started span; the zero Span (tracing off) ignores every call.
-type Span struct{ sp trace.Span }
+//
+// A recording span's attributes are gathered in a and handed to the SDK in
+// one call when it ends: the SDK grows its copy of them on every call, and
+// a call through its interface puts the attributes passed on the heap.
+type Span struct {
+	sp trace.Span
+	a  *attrs // nil unless the span records
+}
+
+// attrs are a span's attributes not yet given to the SDK.
+type attrs struct{ kv []attribute.KeyValue }
+
+// add appends kv (which does not escape: a call needs no slice of its own).
+func (a *attrs) add(kv ...attribute.KeyValue) { a.kv = append(a.kv, kv...) }
+
+// A chat span records up to about 26 attributes, a server or memory span 6:
+// each kind's buffer is one allocation, the attrs and their array together.
+type (
+	chatAttrs struct {
+		attrs
+		arr [28]attribute.KeyValue
+	}
+	smallAttrs struct {
+		attrs
+		arr [6]attribute.KeyValue
+	}
+)
+
+func newChatAttrs() *attrs {
+	c := new(chatAttrs)
+	c.kv = c.arr[:0]
+	return &c.attrs
+}
+
+func newSmallAttrs() *attrs {
+	c := new(smallAttrs)
+	c.kv = c.arr[:0]
+	return &c.attrs
+}
 
 // Recording reports whether attributes set on the span are kept; callers
 // skip building attributes when not.
-func (s Span) Recording() bool { return s.sp != nil && s.sp.IsRecording() }
+func (s Span) Recording() bool { return s.a != nil && s.sp.IsRecording() }
 
 // Set adds attributes.
 func (s Span) Set(kv ...attribute.KeyValue) {
-	if s.sp != nil {
-		s.sp.SetAttributes(kv...)
+	if s.a != nil {
+		s.a.add(kv...)
 	}
 }
 
 // Fail marks the span as failed with an error.type (the API's error type or
 // a short cause; never a key or a host path).
 func (s Span) Fail(errType, msg string) {
-	if s.sp == nil {
+	if s.a == nil {
 		return
 	}
-	s.sp.SetAttributes(attribute.String(AttrErrorType, errType))
+	s.a.add(attribute.String(AttrErrorType, errType))
 	s.sp.SetStatus(codes.Error, msg)
 }
 
 // End ends the span.
 func (s Span) End() {
-	if s.sp != nil {
-		s.sp.End()
+	if s.sp == nil {
+		return
 	}
+	if s.a != nil && len(s.a.kv) > 0 {
+		s.sp.SetAttributes(s.a.kv...) // copied: the SDK keeps no reference to s.a
+		s.a.kv = s.a.kv[:0]           // a second End adds nothing
+	}
+	s.sp.End()
 }

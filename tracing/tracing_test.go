@@ -4,8 +4,11 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -200,3 +203,67 @@ func TestASpanNotSampledBuildsNoAttributes(t *testing.T) {
 		t.Errorf("three spans not sampled cost %v allocations, the SDK's own three %v: attributes were built for spans that drop them", ours, sdkOwn)
 	}
 }
+
+// A span's attributes reach the SDK when it ends, however it ends: a chat
+// span ended by End after Fail (no reply) keeps its request's attributes
+// beside the error, and ending it again adds nothing.
+func TestAttributesOfASpanEndedWithoutItsReply(t *testing.T) {
+	mem := &keptSpans{}
+	tr := tracing.WithExporter(mem)
+	r := httptest.NewRequest("POST", "/v1/messages", nil)
+	ctx, srv := tr.StartServer(r, "/v1/messages")
+	_, chat := tr.StartChat(ctx, tracing.ChatRequest{Model: "claude-sonnet-4-5", Tenant: "acme", Edits: []string{"clear_thinking_20251015"}})
+	chat.Set(attribute.Int("extra", 1))
+	chat.Fail("timeout", "upstream call failed")
+	chat.End()
+	chat.End()
+	srv.End()
+	if err := tr.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	spans := tracetest.SpanStubsFromReadOnlySpans(mem.spans)
+	if len(spans) != 2 {
+		t.Fatalf("%d spans, want 2", len(spans))
+	}
+	got := map[string]map[string]string{}
+	for _, s := range spans {
+		m := map[string]string{}
+		for _, kv := range s.Attributes {
+			m[string(kv.Key)] = kv.Value.Emit()
+		}
+		if len(m) != len(s.Attributes) {
+			t.Errorf("%s: attributes repeated: %v", s.Name, s.Attributes)
+		}
+		got[s.Name] = m
+		if s.Name == "chat claude-sonnet-4-5" && s.Status.Code != codes.Error {
+			t.Errorf("chat span status %v, want Error", s.Status)
+		}
+	}
+	for name, want := range map[string]map[string]string{
+		"chat claude-sonnet-4-5": {"gen_ai.request.model": "claude-sonnet-4-5", "ctxproxy.tenant": "acme",
+			"ctxproxy.edits.written": `["clear_thinking_20251015"]`, "extra": "1", "error.type": "timeout"},
+		"POST /v1/messages": {"http.request.method": "POST", "http.route": "/v1/messages", "url.path": "/v1/messages"},
+	} {
+		for k, v := range want {
+			if got[name][k] != v {
+				t.Errorf("%s: %s = %q, want %q (all: %v)", name, k, got[name][k], v, got[name])
+			}
+		}
+	}
+}
+
+// keptSpans keeps what it is given past Shutdown (tracetest's in-memory
+// exporter forgets it then).
+type keptSpans struct {
+	mu    sync.Mutex
+	spans []sdktrace.ReadOnlySpan
+}
+
+func (k *keptSpans) ExportSpans(_ context.Context, s []sdktrace.ReadOnlySpan) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.spans = append(k.spans, s...)
+	return nil
+}
+
+func (k *keptSpans) Shutdown(context.Context) error { return nil }
