@@ -337,3 +337,35 @@ func TestAMemoryRoundOnAPooledBodyContinuesTheClientsBytes(t *testing.T) {
 		})
 	}
 }
+
+// A memory-loop request whose rounds wrote is answered again from what it did when an SDK resends
+// it (x-stainless-retry-count 1), on a pooled body too: its key is taken from the client's bytes
+// only when the loop wrote, after the rewrite and the rounds, which must have left them as sent.
+func TestAResentPooledBodyIsAnsweredFromWhatTheLoopDid(t *testing.T) {
+	for _, size := range []int{100, 2 * minPooledBody} {
+		t.Run(fmt.Sprintf("%d bytes of transcript", size), func(t *testing.T) {
+			h := newHarness(t)
+			h.fake.SetResponder(memorySession())
+			body := `{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[{"role":"user","content":"` + strings.Repeat("t", size) + `"}]}`
+			resp := h.post("/v1/messages", keyAcme, body)
+			first := readAll(t, resp.Body)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %.300s", resp.StatusCode, first)
+			}
+			calls := len(h.fake.Requests())
+			resp = h.post("/v1/messages", keyAcme, body, "X-Stainless-Retry-Count", "1")
+			got := readAll(t, resp.Body)
+			if resp.StatusCode != 200 || resp.Header.Get("X-Ctxproxy-Replayed") != "true" || got != first {
+				t.Fatalf("the resend was not answered from the first reply: %d %v %.200s", resp.StatusCode, resp.Header, got)
+			}
+			if n := len(h.fake.Requests()); n != calls {
+				t.Errorf("the resend made %d upstream calls", n-calls)
+			}
+			h.fake.SetResponder(nil)
+			resp = h.post("/v1/messages", keyAcme, strings.Replace(body, `"tt`, `"ut`, 1), "X-Stainless-Retry-Count", "1")
+			if readAll(t, resp.Body); resp.Header.Get("X-Ctxproxy-Replayed") != "" {
+				t.Errorf("a resend of another body was answered from the first")
+			}
+		})
+	}
+}

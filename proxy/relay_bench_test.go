@@ -213,6 +213,14 @@ func benchLargeBody() []byte {
 	return sb.Bytes()
 }
 
+// benchLargePlainBody is benchLargeBody with one more short tool round at its end: in memory
+// proxy mode memoryUpstream answers it plainly (no memory call), as the bench's row 5p.
+func benchLargePlainBody() []byte {
+	b := benchLargeBody()
+	return append(b[:len(b)-2:len(b)-2], `,{"role":"assistant","content":[{"type":"tool_use","id":"toolu_bench_last","name":"read_file","input":{"path":"h.go"}}]}`+
+		`,{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_bench_last","content":"ok"}]}]}`...)
+}
+
 // BenchmarkServe is one request through Server.ServeHTTP with an in-memory
 // upstream: the whole per-request cost of the proxy (routing, tenant lookup,
 // rewrite, upstream request, reply relay, accounting), without the network.
@@ -285,7 +293,7 @@ func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) err
 func (discardExporter) Shutdown(context.Context) error                             { return nil }
 
 func benchServe(b *testing.B, s *Server, header func(http.Header)) {
-	small, large, stream := benchSmallBody(false), benchLargeBody(), benchSmallBody(true)
+	small, large, largePlain, stream := benchSmallBody(false), benchLargeBody(), benchLargePlainBody(), benchSmallBody(true)
 	cases := []struct {
 		name string
 		key  string
@@ -297,6 +305,7 @@ func benchServe(b *testing.B, s *Server, header func(http.Header)) {
 		{"1MB/policy off", benchKeyOff, large},
 		{"1MB/enforce", benchKeyEnforce, large},
 		{"1MB/memory proxy", benchKeyMemory, large},
+		{"1MB/memory proxy, plain answer", benchKeyMemory, largePlain},
 		{"stream 200 events/policy off", benchKeyOff, stream},
 		{"stream 200 events/enforce", benchKeyEnforce, stream},
 		{"stream 200 events/memory proxy", benchKeyMemory, stream},

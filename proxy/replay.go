@@ -87,21 +87,44 @@ func (r *replies) get(k replayKey) (*servedReply, bool) {
 	return s, true
 }
 
-// replayKeyFor takes the key of a memory proxy-mode Messages request, before the rewrite (which
-// may reuse the body's buffer).
+// replayRequest names a memory proxy-mode Messages request for the SDKs' resends. Its key is
+// needed only for a resend (looked up) or a loop that wrote (kept): a pooled body, which the
+// rewrite leaves as it came until the request is over, is hashed only then, so a request that
+// neither resends nor writes never hashes its transcript (a megabyte is about half a
+// millisecond of CPU). A body rewritten in place is hashed before the rewrite.
+type replayRequest struct {
+	on   bool
+	h    http.Header
+	body []byte // the client's body, until keyed hashes it
+	key  replayKey
+}
+
+// keyed is the request's key, hashed at the first call.
+func (q *replayRequest) keyed() replayKey {
+	if q.body != nil {
+		q.key, q.body = newReplayKey(q.h, q.body), nil
+	}
+	return q.key
+}
+
+// replayKeyFor names a memory proxy-mode Messages request, before the rewrite.
 func (x *exchange) replayKeyFor(body []byte) {
-	if x.who.memory && x.ep == epMessages {
-		x.replay, x.replayOn = newReplayKey(x.r.Header, body), true
+	if !x.who.memory || x.ep != epMessages {
+		return
+	}
+	x.replay = replayRequest{on: true, h: x.r.Header, body: body}
+	if rewritesInPlace(body) {
+		x.replay.keyed()
 	}
 }
 
 // replayed answers an SDK's resend of a request this process already served (and whose loop
 // wrote memory) with the reply it got; false when it is not one.
 func (x *exchange) replayed() bool {
-	if !x.replayOn || !isResend(x.r.Header) {
+	if !x.replay.on || !isResend(x.r.Header) {
 		return false
 	}
-	s, ok := x.s.replies.get(x.replay)
+	s, ok := x.s.replies.get(x.replay.keyed())
 	if !ok {
 		return false
 	}
@@ -119,7 +142,7 @@ func (x *exchange) replayed() bool {
 
 // keepReply keeps a whole reply of a loop that wrote memory, for the client's resend.
 func (x *exchange) keepReply(status int, body []byte) {
-	if x.replayOn && x.loop.wrote && status == http.StatusOK {
-		x.s.replies.put(x.replay, status, x.w.Header(), body)
+	if x.replay.on && x.loop.wrote && status == http.StatusOK {
+		x.s.replies.put(x.replay.keyed(), status, x.w.Header(), body)
 	}
 }

@@ -51,15 +51,13 @@ type exchange struct {
 	req    request        // rewrite: the upstream request the policy made
 	ticket *limits.Ticket // limits: admitted against the tenant's limits; nil when it has none
 
-	conv conversation // the conversation's previous call and the cache (cacheconv.go)
-	// replay names the request for the SDKs' resends (replay.go), when replayOn.
-	replay   replayKey
-	replayOn bool
-	shadow   shadowRun // the policy lab's sample (shadow.go)
-	out      clientReply
-	acct     accounting
-	loop     memoryLoop
-	spans    spans
+	conv   conversation  // the conversation's previous call and the cache (cacheconv.go)
+	replay replayRequest // names the request for the SDKs' resends (replay.go)
+	shadow shadowRun     // the policy lab's sample (shadow.go)
+	out    clientReply
+	acct   accounting
+	loop   memoryLoop
+	spans  spans
 }
 
 // serve is the request path: admit, body, rewrite (with the conversation), limits,
