@@ -334,9 +334,12 @@ type cell struct {
 	tag     string // the servers' name in the work folder (and the OTLP sink's path)
 	workers int    // nginx: its worker processes
 	// The proxy's own time (rows at --log-level=info, from the request
-	// log): per memory round when perRound, else per request.
+	// log): per memory round when perRound (the rounds' own work), else per
+	// request; ownOneWhole per round as the runs before measured it (the
+	// request's whole own time ÷ its rounds, one worker).
 	perRound          bool
 	ownLoaded, ownOne ownTime
+	ownOneWhole       ownTime
 	ownErr            error
 }
 

@@ -13,13 +13,19 @@ import (
 )
 
 // accounting is what serving one client request cost upstream. Each field
-// has one writer: calls callUpstream, upDur waited, memCmds memoryCommand
-// (memory.go), the rest record.
+// has one writer: calls callUpstream, upDur and replied waited, roundDur sending,
+// memCmds memoryCommand (memory.go), the rest record.
 type accounting struct {
 	calls   int           // upstream calls (a call's retries count once)
 	upDur   time.Duration // time spent waiting on the upstream
-	memCmds int           // memory commands run
-	usage   tokens.Usage  // top-level usage summed over the calls
+	replied time.Time     // when the last call's reply was read
+	// roundDur is the proxy's own time in its memory rounds: from each round's reply read to
+	// the next round's call begun (the memory commands, the reply's accounting, the next
+	// request built), summed. Sending that request, its body included, is upstream time, as
+	// for the first call: the request log's memory_rounds_duration.
+	roundDur time.Duration
+	memCmds  int          // memory commands run
+	usage    tokens.Usage // top-level usage summed over the calls
 	// cost is what the calls were billed, each as its ledger line prices it
 	// (tokens.Prices.Charge): what a capped tenant's counters are charged.
 	cost tokens.Money
@@ -32,7 +38,18 @@ type accounting struct {
 
 // waited adds the time since t0 to the upstream time: a call's time runs
 // from sending it until its reply was read.
-func (a *accounting) waited(t0 time.Time) { a.upDur += time.Since(t0) }
+func (a *accounting) waited(t0 time.Time) {
+	a.replied = time.Now()
+	a.upDur += a.replied.Sub(t0)
+}
+
+// sending notes a call begun at t0: after a reply of the same request (a memory round's next
+// call), the time since that reply is the round's own.
+func (a *accounting) sending(t0 time.Time) {
+	if !a.replied.IsZero() {
+		a.roundDur += t0.Sub(a.replied)
+	}
+}
 
 // record accounts one upstream call's usage and applied edits; meta is what
 // the reply said of itself (for the call's span). The ledger gets what the
@@ -188,6 +205,10 @@ func (x *exchange) finish() {
 		}
 	}
 	if ce := x.s.log.Check(zap.InfoLevel, "request"); ce != nil {
+		rounds := zap.Skip()
+		if x.acct.calls > 1 {
+			rounds = zap.Duration("memory_rounds_duration", x.acct.roundDur)
+		}
 		ce.Write(
 			zap.String("tenant", x.who.label),
 			zap.String("key", x.who.keyID),
@@ -198,6 +219,7 @@ func (x *exchange) finish() {
 			zap.Duration("duration", d),
 			zap.Duration("upstream_duration", x.acct.upDur),
 			zap.Int("upstream_calls", x.acct.calls),
+			rounds,
 			zap.Int("memory_commands", x.acct.memCmds),
 			zap.Int64("bytes_in", x.in.n),
 			zap.Bool("forwarded_while_reading", led),

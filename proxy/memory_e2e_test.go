@@ -6,12 +6,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ctxproxy/ctxproxy/internal/apikey"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
+	"github.com/ctxproxy/ctxproxy/internal/testwait"
 )
 
 // The agent session the issue names: view, create, str_replace, view, then
@@ -365,6 +367,50 @@ func TestAResentPooledBodyIsAnsweredFromWhatTheLoopDid(t *testing.T) {
 			resp = h.post("/v1/messages", keyAcme, strings.Replace(body, `"tt`, `"ut`, 1), "X-Stainless-Retry-Count", "1")
 			if readAll(t, resp.Body); resp.Header.Get("X-Ctxproxy-Replayed") != "" {
 				t.Errorf("a resend of another body was answered from the first")
+			}
+		})
+	}
+}
+
+// The request log says how long the proxy's own work in the memory rounds took (from each
+// round's reply to the next call begun), for requests that made rounds: part of the request's
+// own time, none of its upstream time.
+func TestTheRequestLogTimesTheMemoryRounds(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			h := newHarness(t)
+			h.fake.SetResponder(memorySession())
+			body := simpleBody
+			if stream {
+				body = withStream(body)
+			}
+			if resp := h.post("/v1/messages", keyAcme, body); readAll(t, resp.Body) == "" || resp.StatusCode != 200 {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			h.fake.SetResponder(nil)
+			readAll(t, h.post("/v1/messages", keyAcme, body).Body)
+			// The lines by their calls: a request is logged after its client has the reply.
+			var loop, plain map[string]any
+			testwait.Eventually(t, "both request log lines", func() {
+				for loop == nil || plain == nil {
+					time.Sleep(time.Millisecond)
+					for _, e := range h.logs.FilterMessage("request").All() {
+						switch f := e.ContextMap(); f["upstream_calls"] {
+						case int64(5):
+							loop = f
+						case int64(1):
+							plain = f
+						}
+					}
+				}
+			})
+			rounds, d, up := loop["memory_rounds_duration"], loop["duration"], loop["upstream_duration"]
+			r, ok := rounds.(time.Duration)
+			if !ok || r <= 0 || r > d.(time.Duration)-up.(time.Duration) {
+				t.Errorf("memory_rounds_duration %v, want more than none and at most the request's own time %v − %v", rounds, d, up)
+			}
+			if v, ok := plain["memory_rounds_duration"]; ok {
+				t.Errorf("a request without a round logged memory_rounds_duration %v", v)
 			}
 		})
 	}

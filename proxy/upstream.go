@@ -40,6 +40,7 @@ func (x *exchange) roundTrip(ctx context.Context, body [][]byte, p retryPolicy) 
 // pooled body, or another route of the API (countTokensRoute).
 func (x *exchange) callUpstream(ctx context.Context, route *http.Request, body [][]byte, p retryPolicy) (resp *http.Response, t0 time.Time, err error) {
 	t0 = time.Now()
+	x.acct.sending(t0)
 	if x.who.pol != nil {
 		// What a tenant's calls use, for the models it uses that retire.
 		x.s.cfg.Models.Used(x.who.pol.Tenant, x.req.info.Model, t0)
