@@ -89,7 +89,7 @@ func (e *Enforcer) OpenBatch(ctx context.Context, t *Ticket, b Batch) {
 			b.HoldID = t.id
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	ctx, cancel := e.storeContext(ctx)
 	defer cancel()
 	if err := e.cfg.Spend.OpenBatch(ctx, b, BatchHoldTTL, batchRecordTTL); err != nil {
 		e.cfg.Log.Error("batch not recorded: its results will not be accounted", zap.String("tenant", b.Tenant),
@@ -108,7 +108,7 @@ type BatchClaim struct {
 // record has expired (then whoever holds it accounts it, or nobody does), or the store fails
 // (logged).
 func (e *Enforcer) ClaimBatch(ctx context.Context, id, tenant string) *BatchClaim {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	ctx, cancel := e.storeContext(ctx)
 	defer cancel()
 	b, ok, err := e.cfg.Spend.CloseBatch(ctx, id, tenant)
 	if err != nil {

@@ -15,9 +15,10 @@ package limits
 
 import (
 	"context"
-	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -49,6 +50,7 @@ type Enforcer struct {
 	cfg      Config
 	prices   atomic.Pointer[priceTable] // swapped whole when the prices reload
 	rateKeys sync.Map                   // rateKeyOf → string (rateKey)
+	local    bool                       // the spend store is this process's memory: no call of it blocks
 }
 
 // priceTable is the prices in force and the price of models without one: the dearest in the
@@ -70,6 +72,7 @@ func New(cfg Config) *Enforcer {
 		cfg.Now = time.Now
 	}
 	e := &Enforcer{cfg: cfg}
+	_, e.local = cfg.Spend.(*MemoryStore)
 	e.SetPrices(cfg.Prices)
 	return e
 }
@@ -117,7 +120,10 @@ type Ticket struct {
 	held     bool   // a reservation is held in the store
 	loopID   string // the hold of a memory loop's further rounds, "" when none
 	done     atomic.Bool
-	header   http.Header // the unified headers for every response, nil for an uncapped tenant
+	header   unified // the unified headers for every response, none for an uncapped tenant
+	// The counters of a policy with a few caps, in the ticket's own allocation (every
+	// admitted request of a capped tenant has some).
+	counterBuf [4]Counter
 }
 
 // Admit checks req against its tenant's limits. A tenant without limits gets (nil, nil). A
@@ -167,8 +173,9 @@ func (e *Enforcer) admit(ctx context.Context, pol *policy.Policy, user string, a
 		return t, nil
 	}
 	now := e.cfg.Now()
+	var standings [4]standing
 	var ss []standing
-	t.counters, ss = counters(l, user, now)
+	t.counters, ss = counters(l, user, now, t.counterBuf[:0], standings[:0])
 	res, err := e.cfg.Spend.Reserve(ctx, t.id, t.tenant, t.counters, a.amount, e.cfg.HoldTTL)
 	if err != nil {
 		if ref := e.storeError(pol, "spend", err); ref != nil {
@@ -187,8 +194,7 @@ func (e *Enforcer) admit(ctx context.Context, pol *policy.Policy, user string, a
 	if a.rounds > 0 {
 		e.holdRounds(ctx, t, res, a)
 	}
-	t.header = make(http.Header, 8)
-	unifiedHeaders(t.header, binding(ss), now, "")
+	unifiedHeaders(&t.header, binding(ss), now, "")
 	e.cfg.Metrics.observeStanding(t.tenant, ss)
 	return t, nil
 }
@@ -236,14 +242,9 @@ func holdAmount(p tokens.Price, input, output int64) tokens.Money {
 	return bounded(p.Input.Times(input).Plus(p.Output.Times(output)))
 }
 
-// counters lists the spend counters of a request with their standings, sorted by (user,
-// bucket), the order every store locks them in.
-func counters(l *policy.Limits, user string, now time.Time) ([]Counter, []standing) {
-	n := len(l.Spend)
-	if user != "" {
-		n += len(l.PerUserSpend)
-	}
-	ss, cs := make([]standing, 0, n), make([]Counter, 0, n)
+// counters appends to cs and ss the spend counters of a request and their standings, sorted
+// by (user, bucket), the order every store locks them in.
+func counters(l *policy.Limits, user string, now time.Time, cs []Counter, ss []standing) ([]Counter, []standing) {
 	add := func(lims []policy.SpendLimit, u string) {
 		for _, sl := range lims {
 			key, reset := Bucket(sl.Period, now)
@@ -277,9 +278,13 @@ func (e *Enforcer) price(model string) tokens.Price {
 	return t.fallback
 }
 
+// newID is a reservation's id: 96 random bits, from the runtime's generator (ChaCha8, seeded
+// from the system's randomness) rather than crypto/rand's system call: an id needs to be
+// unique among the replicas sharing a store, not secret.
 func newID() string {
 	var b [12]byte
-	rand.Read(b[:]) //nolint:errcheck // never fails (crypto/rand)
+	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
+	binary.LittleEndian.PutUint32(b[8:], rand.Uint32())
 	return hex.EncodeToString(b[:])
 }
 
@@ -305,9 +310,7 @@ func (t *Ticket) Header(h http.Header) {
 	if t == nil {
 		return
 	}
-	for k, v := range t.header {
-		h[k] = v
-	}
+	t.header.put(h)
 }
 
 // Settle charges cost, what the request's upstream calls cost as the ledger priced them (summed
@@ -326,11 +329,21 @@ func (t *Ticket) releaseRounds(ctx context.Context) {
 	if t.loopID == "" {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	ctx, cancel := t.e.storeContext(ctx)
 	defer cancel()
 	if err := t.e.cfg.Spend.Release(ctx, t.loopID); err != nil {
 		t.e.cfg.Log.Warn("spend hold not released; it expires by itself", zap.String("tenant", t.tenant), zap.Error(err))
 	}
+}
+
+// storeContext is the context of a settle or release: the request is over, its client may be
+// gone, but what it spent must still land, within 5 seconds. The memory store never blocks:
+// it gets ctx as it is (a timer per request was a sixth of what a settle cost).
+func (e *Enforcer) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if e.local {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 }
 
 // settle charges cost to counters cs of tenant and drops hold id (none when ""). The request is
@@ -338,7 +351,7 @@ func (t *Ticket) releaseRounds(ctx context.Context) {
 // counted, with what the fields say.
 func (e *Enforcer) settle(ctx context.Context, id, tenant string, cs []Counter, cost tokens.Money, fields ...zap.Field) {
 	cost = bounded(cost)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	ctx, cancel := e.storeContext(ctx)
 	defer cancel()
 	if err := e.cfg.Spend.Settle(ctx, id, tenant, cs, cost); err != nil {
 		e.cfg.Metrics.settleFailed(tenant)
@@ -353,7 +366,7 @@ func (t *Ticket) Release(ctx context.Context) {
 	if t == nil || !t.held || !t.done.CompareAndSwap(false, true) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	ctx, cancel := t.e.storeContext(ctx)
 	defer cancel()
 	if err := t.e.cfg.Spend.Release(ctx, t.id); err != nil {
 		// The hold expires by itself after the hold TTL.

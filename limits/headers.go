@@ -85,10 +85,31 @@ func (s *standing) shownUtilization() float64 {
 
 func formatFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
-// unifiedHeaders writes the anthropic-ratelimit-unified-* headers for s into h. reason is the
+// unified is a reply's unified headers as unifiedHeaders wrote them: in a ticket, they cost
+// no allocation of their own (every admitted request of a capped tenant carries them).
+type unified struct {
+	n     int
+	names [8]string
+	vals  [8]string
+}
+
+func (u *unified) set(k, v string) {
+	u.names[u.n], u.vals[u.n] = k, v
+	u.n++
+}
+
+// put writes the headers into h. The names are canonical already, and every value is a slice
+// of one array: h.Set would canonicalise each name again and make a slice per value.
+func (u *unified) put(h http.Header) {
+	for i := range u.n {
+		h[u.names[i]] = u.vals[i : i+1 : i+1]
+	}
+}
+
+// unifiedHeaders writes the anthropic-ratelimit-unified-* headers for s into u. reason is the
 // overage-disabled-reason of a refusal (org_spend_cap_reached, or fetch_error when the store is
 // unreachable and the tenant fails closed).
-func unifiedHeaders(h http.Header, s *standing, now time.Time, reason string) {
+func unifiedHeaders(u *unified, s *standing, now time.Time, reason string) {
 	reset := strconv.FormatInt(s.reset.Unix(), 10)
 	status := "allowed"
 	var surpassed string
@@ -102,29 +123,21 @@ func unifiedHeaders(h http.Header, s *standing, now time.Time, reason string) {
 			}
 		}
 	}
-	// The names are canonical already, and every value is a slice of one array: h.Set would
-	// canonicalise each name again and make a slice per value (every admitted request of a
-	// capped tenant writes these).
-	vals := make([]string, 0, 8)
-	set := func(k, v string) {
-		vals = append(vals, v)
-		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
-	}
-	set(HeaderStatus, status)
-	set(HeaderReset, reset)
-	set(HeaderOverReset, reset)
-	set(HeaderOverUtil, formatFloat(s.shownUtilization()))
+	u.set(HeaderStatus, status)
+	u.set(HeaderReset, reset)
+	u.set(HeaderOverReset, reset)
+	u.set(HeaderOverUtil, formatFloat(s.shownUtilization()))
 	if surpassed != "" {
-		set(HeaderOverThresh, surpassed)
+		u.set(HeaderOverThresh, surpassed)
 	}
 	if !s.exceeded {
-		set(HeaderClaim, "overage")
-		set(HeaderOverStatus, status)
+		u.set(HeaderClaim, "overage")
+		u.set(HeaderOverStatus, status)
 		return
 	}
-	set(HeaderOverPeriod, string(s.limit.Period))
-	set(HeaderOverReason, reason)
-	set("Retry-After", strconv.FormatInt(retrySeconds(s.reset.Sub(now)), 10))
+	u.set(HeaderOverPeriod, string(s.limit.Period))
+	u.set(HeaderOverReason, reason)
+	u.set("Retry-After", strconv.FormatInt(retrySeconds(s.reset.Sub(now)), 10))
 }
 
 // retrySeconds rounds d up to whole seconds, at least 1.

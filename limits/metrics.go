@@ -1,7 +1,11 @@
 package limits
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ctxproxy/ctxproxy/policy"
 )
 
 // Metrics are the limits' Prometheus series. Labels are bounded: tenants come from the policies,
@@ -13,7 +17,19 @@ type Metrics struct {
 	refusals    *prometheus.CounterVec
 	storeErrs   *prometheus.CounterVec
 	settleFails *prometheus.CounterVec
+
+	// The gauges of each tenant and period, looked up once: every admission of a capped
+	// tenant sets three a period.
+	mu       sync.RWMutex
+	standing map[standingKey]*standingGauges
 }
+
+type standingKey struct {
+	tenant string
+	period policy.Period
+}
+
+type standingGauges struct{ spend, cap, utilization prometheus.Gauge }
 
 // NewMetrics registers the series in reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -30,6 +46,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Checks the limits store could not answer, by outcome (served_unchecked with on_store_error open, refused with closed)."}, []string{"tenant", "outcome"}),
 		settleFails: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ctxproxy_limit_settle_errors_total",
 			Help: "Request costs that could not be added to the spend counters."}, []string{"tenant"}),
+		standing: map[standingKey]*standingGauges{},
 	}
 	reg.MustRegister(m.spend, m.cap, m.utilization, m.refusals, m.storeErrs, m.settleFails)
 	return m
@@ -45,11 +62,28 @@ func (m *Metrics) observeStanding(tenant string, ss []standing) {
 		if s.perUser {
 			continue
 		}
-		l := []string{tenant, string(s.limit.Period)}
-		m.spend.WithLabelValues(l...).Set(s.spent.USD())
-		m.cap.WithLabelValues(l...).Set(s.cap.USD())
-		m.utilization.WithLabelValues(l...).Set(s.utilization())
+		g := m.gauges(tenant, s.limit.Period)
+		g.spend.Set(s.spent.USD())
+		g.cap.Set(s.cap.USD())
+		g.utilization.Set(s.utilization())
 	}
+}
+
+// gauges are the standing gauges of tenant's period.
+func (m *Metrics) gauges(tenant string, p policy.Period) *standingGauges {
+	k := standingKey{tenant, p}
+	m.mu.RLock()
+	g := m.standing[k]
+	m.mu.RUnlock()
+	if g != nil {
+		return g
+	}
+	l := []string{tenant, string(p)}
+	g = &standingGauges{m.spend.WithLabelValues(l...), m.cap.WithLabelValues(l...), m.utilization.WithLabelValues(l...)}
+	m.mu.Lock()
+	m.standing[k] = g
+	m.mu.Unlock()
+	return g
 }
 
 func (m *Metrics) refused(tenant, limit string) {

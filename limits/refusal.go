@@ -103,7 +103,9 @@ func (e *Enforcer) refuseSpend(pol *policy.Policy, ss []standing, res Reservatio
 	}
 	e.cfg.Metrics.refused(pol.Tenant, name)
 	s.exceeded = true // this request cannot fit before the reset
-	unifiedHeaders(h, s, now, "org_spend_cap_reached")
+	var u unified
+	unifiedHeaders(&u, s, now, "org_spend_cap_reached")
+	u.put(h)
 	h.Set(HeaderShouldRetry, "false")
 	return &Refusal{Status: http.StatusTooManyRequests, Type: "billing_error", Limit: name, Header: h,
 		Message: fmt.Sprintf("%s spend limit of $%s is reached ($%s spent, %s may cost up to $%s); it resets at %s",
