@@ -276,12 +276,14 @@ type attrs struct{ kv []attribute.KeyValue }
 // add appends kv (which does not escape: a call needs no slice of its own).
 func (a *attrs) add(kv ...attribute.KeyValue) { a.kv = append(a.kv, kv...) }
 
-// A chat span records up to about 26 attributes, a server or memory span 6:
-// each kind's buffer is one allocation, the attrs and their array together.
+// A chat span records 21 attributes on a usual reply (a threaded request, a
+// transformation or an error one more each; a tenant's content two, and its
+// buffer grows), a server or memory span up to 6: each kind's buffer is one
+// allocation, the attrs and their array together.
 type (
 	chatAttrs struct {
 		attrs
-		arr [28]attribute.KeyValue
+		arr [24]attribute.KeyValue
 	}
 	smallAttrs struct {
 		attrs
