@@ -28,6 +28,9 @@ import (
 // each group of spans as one ResourceSpans whose fields are the encoded
 // bytes, kept as the message's unknown fields: protobuf writes those out
 // verbatim, so the request on the wire is the one a built message would make.
+// (The one thing the clients see differently: their experimental
+// self-observability, OTEL_GO_X_OBSERVABILITY, counts the spans of the
+// messages it is handed, and counts none.)
 type protoExporter struct {
 	client   otlptrace.Client
 	stopOnce sync.Once
