@@ -62,6 +62,9 @@ type Cache struct {
 	offered sync.Map
 	wake    chan struct{} // a credential was offered
 	mu      sync.Mutex    // one refresh at a time (readers never take it)
+	// refusals are the edits the upstream refused when ctxproxy added them (refusals.go); a
+	// refresh keeps them: the models endpoint does not say what they say.
+	refusals Refusals
 }
 
 // snapshot is every tenant's models, immutable once stored.

@@ -13,6 +13,8 @@ type stubModels map[string]capabilities.Model
 
 func (s stubModels) Model(_, model string) capabilities.Model { return s[model] }
 
+func (s stubModels) Refuses(_, _, _, _ string) bool { return false }
+
 func TestTheModelsCapabilitiesDecideTheTenantsEdits(t *testing.T) {
 	const enforce = `tenant: acme
 context_management:

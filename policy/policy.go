@@ -143,9 +143,12 @@ type Policy struct {
 
 // ModelSource is what the API's models endpoint said of a tenant's models
 // (package capabilities): the rewrite asks it, per request, whether the model
-// takes each edit the tenant writes. Model must not block.
+// takes each edit the tenant writes. Refuses is what the upstream itself
+// refused when ctxproxy added an edit (capabilities.Refusals), for the model
+// under a thinking type. Neither may block.
 type ModelSource interface {
 	Model(tenant, model string) capabilities.Model
+	Refuses(tenant, model, thinking, edit string) bool
 }
 
 // tenantEdits is the tenant's edits for one thinking state, ready to splice.

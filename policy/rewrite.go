@@ -46,6 +46,7 @@ type RewriteInfo struct {
 	OnDemand       bool     // the body has a top-level compaction (on-demand compaction request)
 	Thinking       bool     // the request turns extended thinking on (enabled or adaptive)
 	BetweenTools   bool     // thinking.type is between_tools
+	ThinkingType   string   // thinking.type when it is one the API knows; "" otherwise
 	ThreadContinue bool     // thread.type == "continue" (the API reference's threads section)
 	Threaded       bool     // thread.type is "create" or "continue": the API holds the conversation
 	Model          string   // the top-level model, when a string
@@ -53,6 +54,9 @@ type RewriteInfo struct {
 	MaxTokens      int64    // the top-level max_tokens, when a number (else 0)
 	MetadataUserID string   // metadata.user_id, when a string
 	NeedsBeta      bool     // the outgoing body has context_management or the memory tool
+	// ClearThinkingAdded: the body's clear_thinking_20251015 is the tenant's, written where the
+	// client sent none (a refusal of it is ctxproxy's to take back: RefusedEdit, WithoutEdit).
+	ClearThinkingAdded bool
 	// Top is where the values of the top-level members that name the request's conversation lie
 	// in the body as given, found in the validating pass: the proxy's cache tracking reads them
 	// without a pass of its own. They index the body as the client sent it, not one rewritten in
@@ -313,6 +317,7 @@ func readTop(t *topLevel, info *RewriteInfo, body []byte, s string, skimmed span
 		typ := t.thinking.val.Get("type").Str
 		info.Thinking = typ == "enabled" || typ == "adaptive"
 		info.BetweenTools = typ == "between_tools"
+		info.ThinkingType = thinkingType(typ)
 	}
 	if t.thread.found && t.thread.val.IsObject() {
 		typ := t.thread.val.Get("type").Str
@@ -368,6 +373,7 @@ func (p *Policy) planEdits(pl *plan, info *RewriteInfo, s string, t *topLevel) (
 			return false, err
 		}
 		info.Edits = r.types
+		info.ClearThinkingAdded = r.clearThinkingAdded
 		if !r.op.empty() {
 			pl.ops = append(pl.ops, r.op)
 			info.EditsWritten = true
@@ -418,10 +424,29 @@ func (p *Policy) editsFor(info *RewriteInfo) writes {
 	thinking := info.Thinking || info.BetweenTools && m.BetweenTools == capabilities.Yes
 	return writes{
 		thinking:      thinking,
-		clearThinking: thinking && m.ClearThinking != capabilities.No,
+		clearThinking: thinking && m.ClearThinking != capabilities.No && !p.refuses(info, EditClearThinking),
 		clearToolUses: m.ClearToolUses != capabilities.No,
 		compact:       p.ContextManagement.Compact.compactWith(info.Model, m.Compact),
 	}
+}
+
+// refuses says whether the upstream refused edit when ctxproxy added it to a request for this
+// model under this thinking type (learned by the proxy: capabilities.Refusals). The endpoint
+// does not settle every combination (clear_thinking with between_tools is unverified, the
+// December 2026 API reference's between_tools section); what the API answered does.
+func (p *Policy) refuses(info *RewriteInfo, edit string) bool {
+	return p.models != nil && info.Model != "" && p.models.Refuses(p.Tenant, info.Model, info.ThinkingType, edit)
+}
+
+// thinkingType is typ as a string of its own when it is a thinking type the API knows: it
+// outlives the body (RewriteInfo).
+func thinkingType(typ string) string {
+	for _, t := range [...]string{"enabled", "adaptive", "disabled", "between_tools"} {
+		if typ == t {
+			return t
+		}
+	}
+	return ""
 }
 
 // planMemoryTool is step 2: the memory tool added to tools when memory is on (in a batch only
@@ -515,11 +540,23 @@ type editsResult struct {
 	topInsert splice // a "context_management" member to add to the top-level object
 	remove    bool   // delete the context_management member
 	hasCM     bool   // the outgoing body has a non-null context_management
+	// clearThinkingAdded: the tenant's clear_thinking is written where the client sent none
+	clearThinkingAdded bool
 }
 
 type clientEdit struct {
 	typ string
 	raw string // possibly rewritten (memory added to exclude_tools)
+}
+
+// hasEdit reports whether the client sent an edit of type typ.
+func hasEdit(client []clientEdit, typ string) bool {
+	for _, e := range client {
+		if e.typ == typ {
+			return true
+		}
+	}
+	return false
 }
 
 // rewriteEdits decides the context_management.edits the body goes upstream with: in default
@@ -551,6 +588,7 @@ func (p *Policy) rewriteEdits(s string, cm member, w writes) (editsResult, error
 		newArr = editsArray(out)
 	} else {
 		out, r.types, newArr = p.enforcedEdits(client, w)
+		r.clearThinkingAdded = w.clearThinking && !hasEdit(client, EditClearThinking)
 		if editsPresent && (newArr == edits.val.Raw || (len(out) == 0 && len(client) == 0)) {
 			// The client already sent exactly these edits (or an empty list and we have none).
 			r.hasCM = cmPresent

@@ -14,7 +14,7 @@ import (
 
 // accounting is what serving one client request cost upstream. Each field
 // has one writer: calls callUpstream, upDur and replied waited, roundDur sending,
-// memCmds memoryCommand (memory.go), the rest record.
+// memCmds memoryCommand (memory.go), refusedEdits resendWithout, the rest record.
 type accounting struct {
 	calls   int           // upstream calls (a call's retries count once)
 	upDur   time.Duration // time spent waiting on the upstream
@@ -34,6 +34,9 @@ type accounting struct {
 	iterations []tokens.Iteration
 	// measures are the compactions to measure once the client has its reply.
 	measures []compactionMeasure
+	// refusedEdits are the edits the policy added that the upstream refused, the request
+	// resent without them (editrefused.go, their one writer); the refused calls are in calls.
+	refusedEdits []string
 }
 
 // waited adds the time since t0 to the upstream time: a call's time runs
@@ -225,6 +228,7 @@ func (x *exchange) finish() {
 			zap.Bool("forwarded_while_reading", led),
 			zap.Int64("bytes_out", x.out.n),
 			zap.Strings("edits", x.req.info.Edits),
+			zap.Strings("edits_refused", x.acct.refusedEdits),
 			zap.Int64("input_tokens", x.acct.usage.InputTokens),
 			zap.Int64("output_tokens", x.acct.usage.OutputTokens),
 		)

@@ -124,10 +124,6 @@ func newHarnessWith(t *testing.T, upstream http.Handler, policies map[string]str
 	core, logs := observer.New(zap.DebugLevel)
 	h.logs = logs
 	log := zap.New(core)
-	var err error
-	if h.pols, err = policy.NewStore(h.polDir, log); err != nil {
-		t.Fatal(err)
-	}
 	fs, err := memoryhook.NewFileStore(h.memDir)
 	if err != nil {
 		t.Fatal(err)
@@ -135,10 +131,18 @@ func newHarnessWith(t *testing.T, upstream http.Handler, policies map[string]str
 	t.Cleanup(func() { fs.Close() })
 	h.mem = fs
 	u, _ := url.Parse(h.upstream.URL)
-	cfg := withLimits(Config{Upstream: u, Policies: h.pols, Memory: fs, Log: log})
+	cfg := withLimits(Config{Upstream: u, Memory: fs, Log: log})
 	for _, o := range opts {
 		o(&cfg)
 	}
+	var sopts []policy.StoreOption
+	if cfg.Models != nil { // the policies decide from the models the proxy feeds, as the binary's
+		sopts = append(sopts, policy.WithModels(cfg.Models))
+	}
+	if h.pols, err = policy.NewStore(h.polDir, log, sopts...); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Policies = h.pols
 	if h.srv, err = New(cfg); err != nil {
 		t.Fatal(err)
 	}

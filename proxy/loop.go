@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -93,6 +94,16 @@ func (x *exchange) startLoop() bool {
 	}
 	x.loop.parts = [][]byte{body}
 	return true
+}
+
+// sendRound sends the loop's next request (roundTrip). When it went again without an edit the
+// upstream refused, the body resent is the one the next rounds build on.
+func (x *exchange) sendRound(ctx context.Context) (*http.Response, time.Time, error) {
+	resp, t0, resent, err := x.roundTrip(ctx, x.loop.parts, x.loop.retry)
+	if resent != nil {
+		x.loop.parts, x.loop.msgEnd = resent, partPos{}
+	}
+	return resp, t0, err
 }
 
 // roundEnd is what a round that ended normally tells the loop.

@@ -63,7 +63,7 @@ func (x *exchange) servePlain() {
 // plainRound sends the loop's next request and reads the whole reply. It
 // answers the client itself and returns false when the upstream failed.
 func (x *exchange) plainRound(ctx context.Context) (*http.Response, []byte, bool) {
-	resp, t0, err := x.roundTrip(ctx, x.loop.parts, x.loop.retry)
+	resp, t0, err := x.sendRound(ctx)
 	if err != nil {
 		x.upstreamError(err)
 		return nil, nil, false
@@ -107,7 +107,7 @@ func (x *exchange) finishPlain(resp *http.Response, reply []byte, round int, sho
 // relayOnce forwards the request and relays the reply as it is (count_tokens,
 // batch creation).
 func (x *exchange) relayOnce() {
-	resp, t0, err := x.roundTrip(x.r.Context(), x.req.parts, x.who.retry)
+	resp, t0, _, err := x.roundTrip(x.r.Context(), x.req.parts, x.who.retry)
 	if err != nil {
 		x.upstreamError(err)
 		return

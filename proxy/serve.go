@@ -24,7 +24,9 @@ import (
 //
 // Each phase's result is a field of its own, written once, by serve (or
 // readLeading, which reads, rewrites and limits in one), from what the phase
-// returns; the later phases only read it. What changes while the reply is
+// returns; the later phases only read it. One exception: when the upstream
+// refuses an edit the policy added, resendWithout (editrefused.go) takes it
+// out of req's info and header as the request goes again without it. What changes while the reply is
 // under way has one writer per field:
 //   - out: what the client got; the writers in reply.go (startStream for a
 //     stream) and streamed, which counts what the stream wrote.

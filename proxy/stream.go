@@ -72,7 +72,7 @@ func (x *exchange) streamed(sw *streamWriter) { x.out.n += sw.n }
 // the loop, and up its body, for the caller to release.
 func (x *exchange) streamRound(ctx context.Context, sw *streamWriter) (rd *round, end roundEnd, up upstreamBody) {
 	uctx, cancel := context.WithCancel(ctx)
-	resp, t0, err := x.roundTrip(uctx, x.loop.parts, x.loop.retry)
+	resp, t0, err := x.sendRound(uctx)
 	if err != nil {
 		cancel()
 		if !sw.started {

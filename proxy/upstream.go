@@ -27,8 +27,18 @@ import (
 // roundTrip sends body upstream on the client's route, retrying per p, and
 // returns the reply with an identity body. t0 is when it was sent: the
 // call's upstream time runs until its reply was read (accounting.waited).
-func (x *exchange) roundTrip(ctx context.Context, body [][]byte, p retryPolicy) (resp *http.Response, t0 time.Time, err error) {
-	return x.callUpstream(ctx, x.r, body, p)
+// When the upstream refuses an edit the tenant's policy added, body goes once
+// more without it (editrefused.go); resent is then the body the reply
+// answers, nil otherwise.
+func (x *exchange) roundTrip(ctx context.Context, body [][]byte, p retryPolicy) (resp *http.Response, t0 time.Time, resent [][]byte, err error) {
+	resp, t0, err = x.callUpstream(ctx, x.r, body, p)
+	if err != nil {
+		return nil, t0, nil, err
+	}
+	if edit, ok := x.errorRefusesEdit(resp); ok {
+		return x.resendWithout(ctx, edit, resp, t0, body, p)
+	}
+	return resp, t0, nil, nil
 }
 
 // callUpstream is every upstream call of the exchange, one path: the

@@ -33,6 +33,9 @@ const (
 	AttrTenant       = "ctxproxy.tenant"
 	AttrPolicyMode   = "ctxproxy.policy.mode"
 	AttrEditsWritten = "ctxproxy.edits.written"
+	// AttrEditsRefused names the edits the policy added that the upstream refused, on the
+	// server span of a request resent without them.
+	AttrEditsRefused = "ctxproxy.edits.refused"
 	AttrAppliedEdits = "ctxproxy.edits.applied"
 	// AttrInputTransformations is the reply's input_transformations, each type:reason.
 	AttrInputTransformations = "ctxproxy.input_transformations"
