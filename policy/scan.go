@@ -50,26 +50,85 @@ func bulkKey(k string) bool { return k == "messages" || k == "system" || k == "t
 // top-level members without a second pass. skimmed, when not zero, is a value already skimmed
 // (by a Lead): a bulk value starting there ends there, without a second skim.
 func scanBody(b []byte, members []topMember, mode scanMode, skimmed span) (_ []topMember, rootStart, rootEnd int, err *scanError) {
-	var stackBuf [64]byte
-	stack := stackBuf[:0]
 	i := skipWS(b, 0)
 	if i == len(b) {
 		return members, 0, 0, &scanError{i, "unexpected end of JSON input"}
 	}
 	rootStart = i
-	rootObject := b[i] == '{'
+	if b[i] == '{' {
+		members, i, err = scanMembers(b, i, members, mode, skimmed)
+	} else {
+		i, err = scanValue(b, i, 0)
+	}
+	if err != nil {
+		return members, 0, 0, err
+	}
+	if rootEnd, err = scanEnd(b, skipWS(b, i)); err != nil {
+		return members, 0, 0, err
+	}
+	return members, rootStart, rootEnd, nil
+}
 
-	// The steps of the walk: a value, what follows a value, an object's key.
+// scanMembers scans the top-level object that opens at b[i], appending each member to members,
+// and returns the offset after its closing brace.
+func scanMembers(b []byte, i int, members []topMember, mode scanMode, skimmed span) (_ []topMember, _ int, err *scanError) {
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return members, i + 1, nil
+	}
+	for {
+		m := topMember{keyStart: i}
+		if m.keyEnd, m.valStart, m.keyEsc, err = scanKey(b, i); err != nil {
+			return members, 0, err
+		}
+		members = append(members, m)
+		if i, err = scanMember(b, m, mode, skimmed); err != nil {
+			return members, 0, err
+		}
+		members[len(members)-1].valEnd = i
+		switch i = skipWS(b, i); {
+		case i >= len(b):
+			return members, 0, invalidAt(b, i, "")
+		case b[i] == ',':
+			i = skipWS(b, i+1)
+		case b[i] == '}':
+			return members, i + 1, nil
+		default:
+			return members, 0, invalidAt(b, i, "after object key:value pair")
+		}
+	}
+}
+
+// scanMember scans the value of the top-level member m and returns the offset after it: in
+// scanSkimBulk mode a bulk member's string, array or object is skimmed (scalars are short), any
+// other value is validated.
+func scanMember(b []byte, m topMember, mode scanMode, skimmed span) (int, *scanError) {
+	i := m.valStart
+	if mode != scanSkimBulk || m.keyEsc || !bulkKey(string(b[m.keyStart+1:m.keyEnd-1])) ||
+		i >= len(b) || b[i] != '"' && b[i] != '[' && b[i] != '{' {
+		return scanValue(b, i, 1)
+	}
+	if i == skimmed.start && skimmed.end > i {
+		// A Lead skimmed this value as it arrived: the same walk over the same bytes.
+		return skimmed.end, nil
+	}
+	return skimValue(b, i, 1)
+}
+
+// scanValue validates the value at b[i], depth levels below the top, with everything nested in
+// it, and returns the offset after it. It walks in three steps: a value, what follows a value, an
+// object's key; stack holds the open arrays and objects.
+func scanValue(b []byte, i, depth int) (_ int, err *scanError) {
+	var stackBuf [64]byte
+	stack := stackBuf[:0]
+
 value:
 	if i >= len(b) {
-		return members, 0, 0, invalidAt(b, i, "")
-	}
-	if len(stack) == 1 && rootObject {
-		members[len(members)-1].valStart = i
+		return i, invalidAt(b, i, "")
 	}
 	if c := b[i]; c == '{' || c == '[' {
-		if len(stack) >= maxDepth {
-			return members, 0, 0, &scanError{i, fmt.Sprintf("nesting deeper than %d levels", maxDepth)}
+		if depth+len(stack) >= maxDepth {
+			return i, &scanError{i, fmt.Sprintf("nesting deeper than %d levels", maxDepth)}
 		}
 		stack = append(stack, c)
 		i = skipWS(b, i+1)
@@ -84,22 +143,15 @@ value:
 		goto key
 	}
 	if i, err = scanScalar(b, i); err != nil {
-		return members, 0, 0, err
+		return i, err
 	}
 
 after:
-	if len(stack) == 1 && rootObject {
-		members[len(members)-1].valEnd = i
-	}
-	i = skipWS(b, i)
 	if len(stack) == 0 {
-		if rootEnd, err = scanEnd(b, i); err != nil {
-			return members, 0, 0, err
-		}
-		return members, rootStart, rootEnd, nil
+		return i, nil
 	}
-	if i >= len(b) {
-		return members, 0, 0, invalidAt(b, i, "")
+	if i = skipWS(b, i); i >= len(b) {
+		return i, invalidAt(b, i, "")
 	}
 	switch top := stack[len(stack)-1]; {
 	case b[i] == ',':
@@ -113,39 +165,16 @@ after:
 		i++
 		goto after
 	case top == '{':
-		return members, 0, 0, invalidAt(b, i, "after object key:value pair")
+		return i, invalidAt(b, i, "after object key:value pair")
 	default:
-		return members, 0, 0, invalidAt(b, i, "after array element")
+		return i, invalidAt(b, i, "after array element")
 	}
 
 key:
-	{
-		start := i
-		keyEnd, next, esc, e := scanKey(b, i)
-		if e != nil {
-			return members, 0, 0, e
-		}
-		i = next
-		if len(stack) != 1 || !rootObject {
-			goto value
-		}
-		members = append(members, topMember{keyStart: start, keyEnd: keyEnd, keyEsc: esc})
-		// Only a bulk member's string, array or object is skimmed: scalars are short.
-		if mode != scanSkimBulk || esc || !bulkKey(string(b[start+1:keyEnd-1])) ||
-			i >= len(b) || b[i] != '"' && b[i] != '[' && b[i] != '{' {
-			goto value
-		}
-		members[len(members)-1].valStart = i
-		if i == skimmed.start && skimmed.end > i {
-			// A Lead skimmed this value as it arrived: the same walk over the same bytes.
-			i = skimmed.end
-			goto after
-		}
-		if i, e = skimValue(b, i, len(stack)); e != nil {
-			return members, 0, 0, e
-		}
-		goto after
+	if _, i, _, err = scanKey(b, i); err != nil {
+		return i, err
 	}
+	goto value
 }
 
 // invalidAt is the error of the byte at i, what saying where it was met, or of the input's end
