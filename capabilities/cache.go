@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/ctxproxy/ctxproxy/internal/upstreamreq"
 )
 
 const (
@@ -145,8 +147,8 @@ func (c *Cache) Offer(tenant string, h http.Header) {
 	if _, ok := c.offered.Load(tenant); ok {
 		return
 	}
-	cred := credentialOf(h)
-	if cred.empty() {
+	cred := upstreamreq.CredentialOf(h)
+	if cred.Empty() {
 		return
 	}
 	if _, loaded := c.offered.LoadOrStore(tenant, cred); !loaded {
@@ -193,7 +195,7 @@ func (c *Cache) refresh(ctx context.Context, all bool) error {
 	now := c.o.Now()
 
 	type job struct {
-		cred    credential
+		cred    upstreamreq.Credential
 		tenants []string
 		named   []string // the models the tenants' policies name
 		offered bool
@@ -202,7 +204,7 @@ func (c *Cache) refresh(ctx context.Context, all bool) error {
 		err     error
 	}
 	var jobs []*job
-	byCred := map[credential]*job{}
+	byCred := map[upstreamreq.Credential]*job{}
 	keep := map[string]bool{}
 	tenantList := c.o.Tenants()
 	for _, t := range tenantList {
@@ -210,13 +212,13 @@ func (c *Cache) refresh(ctx context.Context, all bool) error {
 		if !all && old.tenants[t.Name] != nil {
 			continue
 		}
-		cred, offered := credential{apiKey: t.Key}, false
+		cred, offered := upstreamreq.Key(t.Key), false
 		if t.Key == "" {
 			v, ok := c.offered.Load(t.Name)
 			if !ok {
 				continue
 			}
-			cred, offered = v.(credential), true
+			cred, offered = v.(upstreamreq.Credential), true
 		}
 		j := byCred[cred]
 		if j == nil {

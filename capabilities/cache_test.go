@@ -272,3 +272,64 @@ func TestModelLooksUpWithoutAllocating(t *testing.T) {
 		t.Errorf("%v allocations per lookup", n)
 	}
 }
+
+// headersSeen answers the models routes with fake and keeps the headers of each request.
+type headersSeen struct {
+	fake http.Handler
+	mu   sync.Mutex
+	seen []http.Header
+}
+
+func (h *headersSeen) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	h.seen = append(h.seen, r.Header.Clone())
+	h.mu.Unlock()
+	h.fake.ServeHTTP(w, r)
+}
+
+// A models read re-sends the credential the proxy forwarded, both its headers verbatim, and
+// nothing else of the client's request: no beta, no user agent (not Go's either), no cookie.
+func TestAModelsReadSendsTheForwardedCredentialAndNothingElseOfTheClients(t *testing.T) {
+	hs := &headersSeen{fake: fakeapi.New()}
+	srv := httptest.NewServer(http.StripPrefix("/base", hs)) // the base URL's path is kept
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL + "/base/")
+	ticks := make(chan time.Time)
+	c := New(Options{Upstream: u, Tenants: tenants(Tenant{Name: "pass"}, Tenant{Name: "own", Key: "sk-ant-own"}), Ticks: ticks})
+	forwarded := http.Header{"X-Api-Key": {"sk-ant-client"}, "Authorization": {"Bearer tok-client"},
+		"Anthropic-Beta": {"context-management-2025-06-27"}, "User-Agent": {"Anthropic/Python 1.0"}, "Cookie": {"s=1"}}
+	c.Offer("pass", forwarded)
+	if err := c.Refresh(context.Background()); err != nil || !c.Known("pass") || !c.Known("own") {
+		t.Fatalf("read: %v, pass known %v, own known %v", err, c.Known("pass"), c.Known("own"))
+	}
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	var pass, own int
+	for _, h := range hs.seen {
+		switch h.Get("X-Api-Key") {
+		case "sk-ant-client":
+			pass++
+			if got := h.Get("Authorization"); got != "Bearer tok-client" {
+				t.Errorf("the forwarded bearer token went as %q", got)
+			}
+		case "sk-ant-own":
+			own++
+			if got := h.Get("Authorization"); got != "" {
+				t.Errorf("the tenant's own key went with Authorization %q", got)
+			}
+		default:
+			t.Errorf("a read with credential %q", h.Get("X-Api-Key"))
+		}
+		for _, k := range []string{"Anthropic-Beta", "User-Agent", "Cookie"} {
+			if v := h.Get(k); v != "" {
+				t.Errorf("%s went with the read: %q", k, v)
+			}
+		}
+		if h.Get("Anthropic-Version") != apiVersion {
+			t.Errorf("anthropic-version %q", h.Get("Anthropic-Version"))
+		}
+	}
+	if pass == 0 || own == 0 {
+		t.Errorf("reads: %d with the forwarded credential, %d with the tenant's key", pass, own)
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/ctxproxy/ctxproxy/internal/upstreamreq"
 )
 
 // Bounds on one read: a models list is a few hundred kilobytes at most.
@@ -19,20 +21,6 @@ const (
 	maxPageSize = 8 << 20
 	apiVersion  = "2023-06-01"
 )
-
-// credential is how a read authenticates: a key (x-api-key) or a bearer
-// token (Authorization), as the client or the tenant's policy gave it.
-type credential struct {
-	apiKey        string
-	authorization string
-}
-
-func (c credential) empty() bool { return c.apiKey == "" && c.authorization == "" }
-
-// credentialOf is the credential of a request's headers.
-func credentialOf(h http.Header) credential {
-	return credential{apiKey: h.Get("X-Api-Key"), authorization: h.Get("Authorization")}
-}
 
 // StatusError is a models read the upstream refused.
 type StatusError struct {
@@ -58,7 +46,7 @@ func rejected(err error) bool {
 // (the endpoint leaves them out unless asked), page by page. No beta header
 // goes with it: none is needed for capabilities, and the beta-only keys
 // (capabilities.compaction) are not what ctxproxy decides from.
-func readModels(ctx context.Context, client *http.Client, base *url.URL, cred credential) ([]Model, error) {
+func readModels(ctx context.Context, client *http.Client, base *url.URL, cred upstreamreq.Credential) ([]Model, error) {
 	var out []Model
 	after := ""
 	for range maxPages {
@@ -92,24 +80,13 @@ func readModels(ctx context.Context, client *http.Client, base *url.URL, cred cr
 }
 
 // get reads one answer of the models endpoint.
-func get(ctx context.Context, client *http.Client, base *url.URL, path string, q url.Values, cred credential) ([]byte, error) {
-	u := *base
-	u.Path = strings.TrimSuffix(base.Path, "/") + path
-	u.RawPath = ""
+func get(ctx context.Context, client *http.Client, base *url.URL, path string, q url.Values, cred upstreamreq.Credential) ([]byte, error) {
+	u := upstreamreq.URL(base, path)
 	u.RawQuery = q.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, err
-	}
-	if cred.apiKey != "" {
-		req.Header.Set("X-Api-Key", cred.apiKey)
-	}
-	if cred.authorization != "" {
-		req.Header.Set("Authorization", cred.authorization)
-	}
-	req.Header.Set("Anthropic-Version", apiVersion)
-	req.Header.Set("Accept", "application/json")
-	resp, err := client.Do(req)
+	h := upstreamreq.Own(cred)
+	h.Set("Anthropic-Version", apiVersion)
+	h.Set("Accept", "application/json")
+	resp, err := client.Do(upstreamreq.New(ctx, http.MethodGet, u, h, 0, nil))
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", path, err)
 	}
@@ -174,7 +151,7 @@ func supported(v gjson.Result) Support {
 // not find (an alias such as claude-sonnet-4-0 for claude-sonnet-4-20250514):
 // aliases maps it to the id answered, which is added to models when the list
 // lacks it. A name the endpoint does not know stays unknown.
-func resolveNamed(ctx context.Context, client *http.Client, base *url.URL, cred credential, models []Model, named []string) ([]Model, map[string]string) {
+func resolveNamed(ctx context.Context, client *http.Client, base *url.URL, cred upstreamreq.Credential, models []Model, named []string) ([]Model, map[string]string) {
 	t := newTable(models)
 	var aliases map[string]string
 	for _, name := range named {

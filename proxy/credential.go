@@ -16,13 +16,6 @@ import (
 // redactedKey replaces the tenant's key wherever an upstream reply holds it.
 const redactedKey = "[redacted]"
 
-// swapCredential removes the client's credential from h and puts the
-// tenant's key in its place.
-func swapCredential(h http.Header, key string) {
-	h.Del("Authorization")
-	h.Set("X-Api-Key", key)
-}
-
 // scrubReply makes resp safe to relay when the request carried key: header
 // values are scrubbed and the body is read through a redactor. The body's
 // length may change, so it is no longer declared.

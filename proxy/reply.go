@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ctxproxy/ctxproxy/internal/apierr"
+	"github.com/ctxproxy/ctxproxy/internal/upstreamreq"
 	"github.com/ctxproxy/ctxproxy/policy"
 )
 
@@ -91,7 +92,7 @@ func copyReplyHeaders(dst, src http.Header) {
 	for k, vv := range src {
 		dst[k] = vv
 	}
-	removeHopHeaders(dst)
+	upstreamreq.RemoveHop(dst)
 	dst.Del("Content-Length")
 }
 

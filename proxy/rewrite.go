@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"net/http"
-	"strings"
 
 	"github.com/ctxproxy/ctxproxy/cachetrack"
 	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
+	"github.com/ctxproxy/ctxproxy/internal/upstreamreq"
 	"github.com/ctxproxy/ctxproxy/policy"
 )
 
@@ -104,11 +104,13 @@ func (x *exchange) rewrite(body []byte) (request, conversation, bool) {
 }
 
 // upstreamHeader is the client's headers as they go upstream, with the
-// tenant's own key in place of the client's credential when it has one.
+// tenant's own key in place of the client's credential when it has one. It
+// is built once per client request and shared by every upstream call of it,
+// which only read it.
 func (x *exchange) upstreamHeader() http.Header {
-	h := upstreamHeader(x.r)
+	h := upstreamreq.Forwarded(x.r.Header)
 	if x.who.upstreamKey != "" {
-		swapCredential(h, x.who.upstreamKey)
+		upstreamreq.SetCredential(h, upstreamreq.Key(x.who.upstreamKey))
 	}
 	return h
 }
@@ -128,86 +130,6 @@ func (x *exchange) accept(q *request, parts [][]byte, info policy.RewriteInfo, e
 	}
 	q.parts, q.info = parts, info
 	return true
-}
-
-// hopHeaders are the hop-by-hop headers of RFC 9110 §7.6.1, as
-// net/http/httputil drops them.
-var hopHeaders = []string{
-	"Connection",
-	"Proxy-Connection",
-	"Keep-Alive",
-	"Proxy-Authenticate",
-	"Proxy-Authorization",
-	"Te",
-	"Trailer",
-	"Transfer-Encoding",
-	"Upgrade",
-}
-
-// removeHopHeaders deletes hop-by-hop headers, including those the
-// Connection header names.
-func removeHopHeaders(h http.Header) {
-	for _, f := range h.Values("Connection") {
-		for _, sf := range strings.Split(f, ",") {
-			if sf = strings.TrimSpace(sf); sf != "" {
-				h.Del(sf)
-			}
-		}
-	}
-	for _, k := range hopHeaders {
-		h.Del(k)
-	}
-}
-
-// decodableEncodings are the content codings the proxy can read. It asks the
-// upstream only for these on routes whose replies it reads (usage,
-// applied_edits, memory calls), then hands the client identity bytes.
-var decodableEncodings = map[string]bool{"gzip": true, "deflate": true, "br": true, "zstd": true}
-
-// readableAcceptEncoding narrows the client's Accept-Encoding to codings the
-// proxy can decode.
-func readableAcceptEncoding(h http.Header) string {
-	var out []string
-	for _, v := range h.Values("Accept-Encoding") {
-		for _, part := range strings.Split(v, ",") {
-			name := strings.TrimSpace(part)
-			if i := strings.IndexByte(name, ';'); i >= 0 {
-				name = strings.TrimSpace(name[:i])
-			}
-			if decodableEncodings[strings.ToLower(name)] {
-				out = append(out, strings.TrimSpace(part))
-			}
-		}
-	}
-	return strings.Join(out, ", ")
-}
-
-// Header values upstreamHeader shares between requests rather than allocate
-// for each: header values are only ever read or replaced, never written in
-// place.
-var (
-	identityEncoding = []string{"identity"}
-	noUserAgent      = []string{""}
-)
-
-// upstreamHeader is the header set the proxy sends upstream for in: the
-// client's end-to-end headers, an Accept-Encoding the proxy can decode, and
-// no body framing (the proxy sets its own). It is built once per client
-// request and shared by every upstream call of it, which only read it.
-func upstreamHeader(in *http.Request) http.Header {
-	h := in.Header.Clone()
-	removeHopHeaders(h)
-	h.Del("Content-Length")
-	h.Del("Content-Encoding") // the body was read (and decoded) by the proxy
-	if ae := readableAcceptEncoding(in.Header); ae != "" {
-		h.Set("Accept-Encoding", ae)
-	} else {
-		h["Accept-Encoding"] = identityEncoding
-	}
-	if _, ok := h["User-Agent"]; !ok {
-		h["User-Agent"] = noUserAgent // as httputil: don't add Go's default
-	}
-	return h
 }
 
 // askDiagnostics adds diagnostics.previous_message_id (the conversation's previous reply, null

@@ -16,7 +16,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"github.com/ctxproxy/ctxproxy/capabilities"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -25,12 +24,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/internal/apierr"
 	"github.com/gorilla/mux"
 	"go.uber.org/zap"
 
 	"github.com/ctxproxy/ctxproxy/cachetrack"
+	"github.com/ctxproxy/ctxproxy/capabilities"
+	"github.com/ctxproxy/ctxproxy/internal/apierr"
 	"github.com/ctxproxy/ctxproxy/internal/jsonstr"
+	"github.com/ctxproxy/ctxproxy/internal/upstreamreq"
 	"github.com/ctxproxy/ctxproxy/limits"
 	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/ctxproxy/ctxproxy/policy"
@@ -192,7 +193,7 @@ func (s *Server) passthrough(rt http.RoundTripper) http.Handler {
 			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 			s.cfg.Tracer.Inject(pr.Out.Context(), pr.Out.Header)
 			if key := passthroughCaller(pr.In).upstreamKey; key != "" {
-				swapCredential(pr.Out.Header, key)
+				upstreamreq.SetCredential(pr.Out.Header, upstreamreq.Key(key))
 				// The reply is scrubbed of the key: it must come readable.
 				pr.Out.Header.Set("Accept-Encoding", "identity")
 			}

@@ -21,6 +21,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/tidwall/gjson"
 
+	"github.com/ctxproxy/ctxproxy/internal/upstreamreq"
 	"github.com/ctxproxy/ctxproxy/tracing"
 )
 
@@ -172,11 +173,7 @@ type upstream struct {
 func (u *upstream) target(in *url.URL) *url.URL {
 	t, ok := u.targets.Load(in.Path)
 	if !ok {
-		nt := *u.base
-		nt.Path = singleJoiningSlash(u.base.Path, in.Path)
-		nt.RawPath = ""
-		nt.RawQuery = ""
-		t, _ = u.targets.LoadOrStore(in.Path, &nt)
+		t, _ = u.targets.LoadOrStore(in.Path, upstreamreq.URL(u.base, in.Path))
 	}
 	target := t.(*url.URL)
 	if in.RawQuery != "" {
@@ -195,27 +192,9 @@ func (u *upstream) newRequest(ctx context.Context, in *http.Request, h http.Head
 	for _, p := range body {
 		n += int64(len(p))
 	}
-	target := u.target(in.URL)
-	// Built as http.NewRequestWithContext would, without printing the URL
-	// for it to parse back.
-	req := &http.Request{
-		Method:        in.Method,
-		URL:           target,
-		Proto:         "HTTP/1.1",
-		ProtoMajor:    1,
-		ProtoMinor:    1,
-		Header:        h,
-		Body:          readCloser(requestBody(body, n, lease)),
-		ContentLength: n,
-		Host:          target.Host,
-		// GetBody lets the transport resend on a keep-alive connection that
-		// turned out dead.
-		GetBody: func() (io.ReadCloser, error) { return readCloser(requestBody(body, n, lease)), nil },
-	}
-	if n == 0 {
-		req.Body, req.GetBody = http.NoBody, nil
-	}
-	return req.WithContext(ctx)
+	return upstreamreq.New(ctx, in.Method, u.target(in.URL), h, n, func() (io.ReadCloser, error) {
+		return readCloser(requestBody(body, n, lease)), nil
+	})
 }
 
 // readCloser is r as a ReadCloser, wrapped only when it is not one (net/http
@@ -237,19 +216,6 @@ func requestBody(parts [][]byte, n int64, lease *bodyLease) io.Reader {
 		return bytes.NewReader(joinParts(parts))
 	}
 	return lease.reader(parts)
-}
-
-// singleJoiningSlash is httputil's path join.
-func singleJoiningSlash(a, b string) string {
-	aslash := strings.HasSuffix(a, "/")
-	bslash := strings.HasPrefix(b, "/")
-	switch {
-	case aslash && bslash:
-		return a + b[1:]
-	case !aslash && !bslash:
-		return a + "/" + b
-	}
-	return a + b
 }
 
 // retryPolicy is one tenant's opt-in upstream retry.

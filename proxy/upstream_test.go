@@ -16,50 +16,6 @@ import (
 	"github.com/ctxproxy/ctxproxy/internal/apierr"
 )
 
-func TestRemoveHopHeaders(t *testing.T) {
-	h := http.Header{}
-	h.Set("Connection", "keep-alive, X-Private")
-	h.Set("X-Private", "secret")
-	h.Set("Keep-Alive", "timeout=5")
-	h.Set("Transfer-Encoding", "chunked")
-	h.Set("Upgrade", "websocket")
-	h.Set("X-Api-Key", "k")
-	h.Set("Anthropic-Beta", "a,b")
-	removeHopHeaders(h)
-	for _, k := range []string{"Connection", "X-Private", "Keep-Alive", "Transfer-Encoding", "Upgrade"} {
-		if h.Get(k) != "" {
-			t.Errorf("%s survived", k)
-		}
-	}
-	for _, k := range []string{"X-Api-Key", "Anthropic-Beta"} {
-		if h.Get(k) == "" {
-			t.Errorf("end-to-end header %s was dropped", k)
-		}
-	}
-}
-
-func TestReadableAcceptEncoding(t *testing.T) {
-	tests := []struct {
-		name string
-		in   []string
-		want string
-	}{
-		{"keeps every coding the proxy decodes", []string{"gzip, deflate, br, zstd"}, "gzip, deflate, br, zstd"},
-		{"drops codings it cannot decode", []string{"gzip, compress, snappy"}, "gzip"},
-		{"keeps quality values", []string{"br;q=1.0, gzip;q=0.5"}, "br;q=1.0, gzip;q=0.5"},
-		{"folds repeated header lines", []string{"gzip", "br"}, "gzip, br"},
-		{"is empty when the client sent none", nil, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			h := http.Header{"Accept-Encoding": tt.in}
-			if got := readableAcceptEncoding(h); got != tt.want {
-				t.Fatalf("got %q, want %q", got, tt.want)
-			}
-		})
-	}
-}
-
 func TestRetryDelay(t *testing.T) {
 	p := retryPolicy{retries: 3, base: 100 * time.Millisecond, max: time.Second}
 	tests := []struct {

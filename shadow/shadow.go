@@ -29,6 +29,7 @@ import (
 	"github.com/tidwall/gjson"
 	"go.uber.org/zap"
 
+	"github.com/ctxproxy/ctxproxy/internal/upstreamreq"
 	"github.com/ctxproxy/ctxproxy/policy"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
@@ -100,14 +101,11 @@ func New(cfg Config) *Lab {
 	if rt == nil {
 		rt = http.DefaultTransport
 	}
-	target := *cfg.Upstream
-	target.Path = strings.TrimSuffix(target.Path, "/") + "/v1/messages/count_tokens"
-	target.RawPath, target.RawQuery = "", ""
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Lab{
 		cfg:      cfg,
 		client:   &http.Client{Transport: rt, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
-		target:   &target,
+		target:   upstreamreq.URL(cfg.Upstream, "/v1/messages/count_tokens"),
 		inFlight: make(chan struct{}, cfg.MaxInFlight),
 		ctx:      ctx,
 		cancel:   cancel,
@@ -130,7 +128,7 @@ func (l *Lab) Sample(pol *policy.Policy) bool {
 type Request struct {
 	Policy *policy.Policy
 	Body   []byte      // the client's body as it came; the lab owns it
-	Header http.Header // the real call's upstream headers (its credential); the lab owns them
+	Header http.Header // the real call's upstream headers (upstreamreq.Forwarded, its credential set); the lab owns them
 }
 
 // Shadowed is the shadowed call: its priced ledger line and its conversation.
@@ -241,10 +239,6 @@ func (l *Lab) measure(req *Request, c *policy.Candidate, sc *Shadowed, pt *point
 	}
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.Timeout)
 	defer cancel()
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, l.target.String(), bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
 	h.Del("Content-Length")
 	h.Del("Content-Encoding")
 	h.Set("Content-Type", "application/json")
@@ -253,8 +247,9 @@ func (l *Lab) measure(req *Request, c *policy.Candidate, sc *Shadowed, pt *point
 	// for a request with an idempotency key).
 	h.Del("Idempotency-Key")
 	h.Del("X-Idempotency-Key")
-	hr.Header = h
-	resp, err := l.client.Do(hr)
+	resp, err := l.client.Do(upstreamreq.New(ctx, http.MethodPost, l.target, h, int64(len(body)), func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(body)), nil
+	}))
 	if err != nil {
 		return fmt.Errorf("count_tokens: %w", redact(err))
 	}

@@ -64,9 +64,10 @@ func sprintf(f string, n int) string {
 // records what it was sent. status, when not 200, is every answer.
 type upstream struct {
 	mu     sync.Mutex
-	bodies []string
-	keys   []string
-	status int
+	bodies  []string
+	keys    []string
+	headers []http.Header
+	status  int
 	hold   chan struct{} // when set, each call waits for it to close
 }
 
@@ -78,6 +79,7 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	u.bodies = append(u.bodies, string(b))
 	u.keys = append(u.keys, r.Header.Get("X-Api-Key"))
+	u.headers = append(u.headers, r.Header.Clone())
 	status := u.status
 	u.mu.Unlock()
 	w.Header().Set("Request-Id", "req_count_"+strconv.Itoa(len(b)))
@@ -107,9 +109,19 @@ type rig struct {
 
 func newRig(t *testing.T, up *upstream, maxInFlight int) *rig {
 	t.Helper()
-	srv := httptest.NewServer(up)
+	return newRigAt(t, up, maxInFlight, "")
+}
+
+// newRigAt is newRig with the upstream's base URL under path prefix.
+func newRigAt(t *testing.T, up *upstream, maxInFlight int, prefix string) *rig {
+	t.Helper()
+	var h http.Handler = up
+	if prefix != "" {
+		h = http.StripPrefix(prefix, up)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	base, _ := url.Parse(srv.URL)
+	base, _ := url.Parse(srv.URL + prefix)
 	l, err := tokens.OpenFileLedger(filepath.Join(t.TempDir(), "ledger.jsonl"))
 	if err != nil {
 		t.Fatal(err)
@@ -332,4 +344,36 @@ func TestNilLabSamplesNothing(t *testing.T) {
 	}
 	l.Measure(nil, Shadowed{})
 	l.Close(context.Background())
+}
+
+// A candidate's count_tokens call goes under the configured base URL with the real call's
+// credential and headers as they were sent upstream, but never an idempotency key (it is
+// never retried) nor the real call's framing.
+func TestTheCountTokensCallCarriesTheRealCallsCredentialOnly(t *testing.T) {
+	p := loadPolicy(t, 60)
+	up := &upstream{}
+	r := newRigAt(t, up, 0, "/gateway/anthropic")
+	req := request(p)
+	req.Header = http.Header{"X-Api-Key": {"sk-ant-real"}, "Authorization": {"Bearer tok"}, "Anthropic-Version": {"2023-06-01"},
+		"User-Agent": {"Anthropic/Go 2.18.0"}, "Idempotency-Key": {"idem-1"}, "X-Idempotency-Key": {"idem-2"},
+		"Content-Length": {"99999"}, "Accept-Encoding": {"gzip"}}
+	if !r.lab.Sample(p) {
+		t.Fatal("sample 1 did not sample")
+	}
+	r.lab.Measure(req, shadowed("req_real"))
+	if calls := r.finish(t); len(calls) != 2 {
+		t.Fatalf("%d lines, want one per candidate (the calls reach the base URL's path): %+v", len(calls), calls)
+	}
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	for i, h := range up.headers {
+		want := map[string]string{"X-Api-Key": "sk-ant-real", "Authorization": "Bearer tok", "Anthropic-Version": "2023-06-01",
+			"User-Agent": "Anthropic/Go 2.18.0", "Content-Type": "application/json", "Accept-Encoding": "identity",
+			"Idempotency-Key": "", "X-Idempotency-Key": "", "Content-Length": strconv.Itoa(len(up.bodies[i]))}
+		for k, v := range want {
+			if got := h.Get(k); got != v {
+				t.Errorf("call %d: %s = %q, want %q", i, k, got, v)
+			}
+		}
+	}
 }
