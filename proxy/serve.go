@@ -11,13 +11,14 @@ import (
 // exchange is one client request to /v1/messages, count_tokens or batch
 // creation. serve runs its phases in the order a request lives, one file
 // each: admit.go (credential, tenant, key id), body.go (read, lease; lead.go
-// when the body goes upstream while it arrives), cacheconv.go (the
-// conversation it continues), rewrite.go (the policy, the upstream headers),
+// when the body goes upstream while it arrives), rewrite.go (the policy, the
+// upstream headers, and openConversation: the conversation it continues,
+// whose type and plain-reply reading are in cacheconv.go),
 // limits.go (caps and per-minute limits), loop.go (the memory loop: begun
 // before the first round, advanced between rounds; thread continuations in
 // threads.go), the reply (plain.go, or stream.go: every round of a stream,
 // relayed and spliced), upstream.go (build, send, retry, the call's span;
-// credential.go scrubs), memory.go (a round's memory calls), reply.go (the
+// credential.go scrubs the tenant's key from replies), memory.go (a round's memory calls), reply.go (the
 // writers of what the client gets) and accounting.go (ledger line, caps
 // settle, the spans' end; compaction.go the measurements). A helper lives in
 // the file of the phase that calls it.
@@ -39,8 +40,9 @@ import (
 //     set by readPlain and seeStream, prev and known moved on by attributeCache.
 //   - shadow: opened by openShadow, handed to the policy lab by shadowCall.
 //
-// What one upstream round learns lives in the round's own values: the reply
-// and roundEnd in loop.go, round in stream.go.
+// What one upstream round learns lives in the round's own values: a plain
+// round's reply in servePlain (plain.go), a stream's round in stream.go, and
+// what either tells the memory loop in a roundEnd (loop.go).
 type exchange struct {
 	s     *Server
 	r     *http.Request // the client's request, with the server span in its context
