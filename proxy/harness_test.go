@@ -225,8 +225,9 @@ func mustPath(t *testing.T, p string) memoryhook.Path {
 	return mp
 }
 
-// withLimits is c with the body limit and timeouts a test's proxy runs with, serve's defaults
-// (server.DefaultSettings, which builds the binary's proxy; proxy.Config has none of its own).
+// withLimits is c with the body limit and timeouts a test's proxy runs with: New requires them
+// (proxy.Config has no defaults; serve's are server.DefaultSettings', which package proxy cannot
+// import), and these are large enough that no test meets them unless it sets its own.
 func withLimits(c Config) Config {
 	c.MaxBody, c.UpstreamTimeout, c.StreamIdleTimeout = 32<<20, 10*time.Minute, 5*time.Minute
 	return c

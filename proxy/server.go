@@ -16,6 +16,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -113,8 +114,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
-	if cfg.MaxBody <= 0 || cfg.UpstreamTimeout <= 0 || cfg.StreamIdleTimeout <= 0 {
-		return nil, errors.New("proxy: MaxBody, UpstreamTimeout and StreamIdleTimeout are required (server.DefaultSettings has serve's)")
+	if missing := missingLimits(cfg); missing != "" {
+		// No silent defaults here: serve's are server.DefaultSettings', one place.
+		return nil, fmt.Errorf("proxy: Config.%s required (server.DefaultSettings has serve's)", missing)
 	}
 	if cfg.NoCacheTracking {
 		cfg.CacheTracker = nil
@@ -136,6 +138,27 @@ func New(cfg Config) (*Server, error) {
 	s.router = s.routes()
 	s.pass = s.tracePassthrough(s.passthrough(rt))
 	return s, nil
+}
+
+// missingLimits names the limits cfg lacks ("MaxBody and UpstreamTimeout are"), "" when none.
+func missingLimits(cfg Config) string {
+	var names []string
+	if cfg.MaxBody <= 0 {
+		names = append(names, "MaxBody")
+	}
+	if cfg.UpstreamTimeout <= 0 {
+		names = append(names, "UpstreamTimeout")
+	}
+	if cfg.StreamIdleTimeout <= 0 {
+		names = append(names, "StreamIdleTimeout")
+	}
+	switch len(names) {
+	case 0:
+		return ""
+	case 1:
+		return names[0] + " is"
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1] + " are"
 }
 
 // NewTransport is the upstream transport: keep-alive pools sized for many
