@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -34,8 +35,6 @@ import (
 const (
 	pgFoldLines = 4096
 	pgFoldAfter = 10 * time.Second
-	// pgFoldMax bounds the pending rows one fold takes; the next takes the rest.
-	pgFoldMax = 1000
 )
 
 // pendingKey is a batch's lines of one hour (its start in Unix seconds), tenant, model, key
@@ -189,9 +188,16 @@ func pgPendingInsert(n int) string {
 	return fmt.Sprintf("WITH pending AS (INSERT INTO ctxproxy_ledger_rollup_pending (batch) VALUES ($%d)) ", n)
 }
 
-// pgFoldTake deletes and returns pending rows, skipping those another fold holds.
-var pgFoldTake = fmt.Sprintf(`DELETE FROM ctxproxy_ledger_rollup_pending WHERE ctid = ANY (ARRAY(
-	SELECT ctid FROM ctxproxy_ledger_rollup_pending LIMIT %d FOR UPDATE SKIP LOCKED)) RETURNING batch`, pgFoldMax)
+// pgFoldTake deletes and returns up to $1 pending rows, skipping those another fold holds.
+const pgFoldTake = `DELETE FROM ctxproxy_ledger_rollup_pending WHERE ctid = ANY (ARRAY(
+	SELECT ctid FROM ctxproxy_ledger_rollup_pending LIMIT $1 FOR UPDATE SKIP LOCKED)) RETURNING batch`
+
+// foldTake bounds the pending rows one fold takes: twice the batches this process can have
+// written since its last fold (each holds a line at least), so its own never pile up and the
+// rows a dead process left go within a few folds.
+func (l *PGLedger) foldTake() int {
+	return min(l.fold.everyLines, math.MaxInt/2) * 2
+}
 
 // foldDue says whether a batch of n lines folds, and if so takes the fold (one at a time in a
 // process) until folded.
@@ -228,7 +234,7 @@ func (l *PGLedger) appendFolding(ctx context.Context, lines *pgx.Batch, sums pen
 			_ = tx.Rollback(ctx) // the error is err; the connection is closed if this fails
 		}
 	}()
-	rows, err := tx.Query(ctx, pgFoldTake)
+	rows, err := tx.Query(ctx, pgFoldTake, l.foldTake())
 	if err != nil {
 		return err
 	}

@@ -269,6 +269,25 @@ func TestPGRollups(t *testing.T) {
 		}
 		checkReportsEqualScan(t, l)
 	})
+	t.Run("a fold takes every batch written since the last one: one-line batches do not pile up", func(t *testing.T) {
+		db := pgtest.New(t, "tokens_test")
+		l, err := OpenPGLedger(ctx, db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		foldEvery(l, 7)
+		calls := randomCalls(rand.New(rand.NewPCG(10, 10)), 60, rollupStart, 24)
+		for i := range calls {
+			if _, err := l.AppendBatch(ctx, calls[i:i+1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger_rollup_pending`); n >= 7 {
+			t.Fatalf("%d pending rows after 60 one-line batches folding every 7 lines, want fewer than 7", n)
+		}
+		checkReportsEqualScan(t, l)
+	})
 	t.Run("processes folding at once sum every batch once", func(t *testing.T) {
 		db := pgtest.New(t, "tokens_test")
 		calls := randomCalls(rand.New(rand.NewPCG(8, 8)), 600, rollupStart, 24*3)
@@ -528,7 +547,7 @@ func TestAddTotalsAddsEverySum(t *testing.T) {
 func TestPendingRollupRows(t *testing.T) {
 	calls := randomCalls(rand.New(rand.NewPCG(3, 1)), 300, rollupStart, 24*3)
 	calls[5].Time = time.Date(1969, 12, 31, 23, 59, 0, 0, time.UTC) // before the epoch: a negative hour
-	calls[6].Usage.InputTokens, calls[6].Cost = -5, -7               // corrected lines may subtract
+	calls[6].Usage.InputTokens, calls[6].Cost = -5, -7              // corrected lines may subtract
 	want := pendingSums{}
 	for i := range calls {
 		want.add(&calls[i])
