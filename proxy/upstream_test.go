@@ -2,18 +2,25 @@ package proxy
 
 import (
 	"bytes"
+	"compress/flate"
+	"compress/gzip"
 	"context"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/andybalholm/brotli"
+	"github.com/klauspost/compress/zstd"
+
 	"github.com/ctxproxy/ctxproxy/internal/apierr"
+	"github.com/ctxproxy/ctxproxy/internal/upstreamreq"
 )
 
 func TestRetryDelay(t *testing.T) {
@@ -136,4 +143,51 @@ func TestUpstreamRequestWrites(t *testing.T) {
 			t.Fatalf("%d of %d bytes written straight from the body buffer", n, len(buf))
 		}
 	})
+}
+
+// Every content coding the proxy asks the upstream for (upstreamreq.Forwarded narrows the
+// client's Accept-Encoding to them) is one decodeBody reads back to identity bytes.
+func TestEveryCodingAskedForIsDecoded(t *testing.T) {
+	const reply = `{"type":"message","usage":{"input_tokens":12,"output_tokens":3}}`
+	encoders := map[string]func(io.Writer) io.WriteCloser{
+		"gzip": func(w io.Writer) io.WriteCloser { return gzip.NewWriter(w) },
+		"deflate": func(w io.Writer) io.WriteCloser {
+			fw, _ := flate.NewWriter(w, flate.DefaultCompression)
+			return fw
+		},
+		"br": func(w io.Writer) io.WriteCloser { return brotli.NewWriter(w) },
+		"zstd": func(w io.Writer) io.WriteCloser {
+			zw, _ := zstd.NewWriter(w)
+			return zw
+		},
+	}
+	h := upstreamreq.Forwarded(http.Header{"Accept-Encoding": {"gzip, deflate, br, zstd, compress, snappy, lz4, xz, bzip2, dcz, aes128gcm"}})
+	asked := strings.Split(h.Get("Accept-Encoding"), ", ")
+	if len(asked) == 0 || asked[0] == "" {
+		t.Fatal("no coding asked for")
+	}
+	for _, enc := range asked {
+		t.Run(enc+" is decoded", func(t *testing.T) {
+			newEncoder, ok := encoders[enc]
+			if !ok {
+				t.Fatalf("the proxy asks for %s: add its encoder here and its decoder to decodeBody", enc)
+			}
+			var b bytes.Buffer
+			w := newEncoder(&b)
+			if _, err := io.WriteString(w, reply); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			resp := &http.Response{Header: http.Header{"Content-Encoding": {enc}}, Body: io.NopCloser(&b)}
+			if err := decodeBody(resp); err != nil {
+				t.Fatalf("decodeBody: %v", err)
+			}
+			got, err := io.ReadAll(resp.Body)
+			if err != nil || string(got) != reply || resp.Header.Get("Content-Encoding") != "" {
+				t.Fatalf("decoded %q, %v; Content-Encoding %q", got, err, resp.Header.Get("Content-Encoding"))
+			}
+		})
+	}
 }

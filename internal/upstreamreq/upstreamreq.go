@@ -157,9 +157,9 @@ func RemoveHop(h http.Header) {
 	}
 }
 
-// decodableEncodings are the content codings the proxy can read. It asks the upstream only for
-// these on routes whose replies it reads (usage, applied_edits, memory calls), then hands the
-// client identity bytes.
+// decodableEncodings are the content codings the proxy can read (proxy's decodeBody; a proxy
+// test holds the two together). It asks the upstream only for these on routes whose replies it
+// reads (usage, applied_edits, memory calls), then hands the client identity bytes.
 var decodableEncodings = map[string]bool{"gzip": true, "deflate": true, "br": true, "zstd": true}
 
 // readableAcceptEncoding narrows the client's Accept-Encoding to codings the proxy can decode.
