@@ -25,6 +25,9 @@ type Continuations interface {
 	// GetContinuation returns what was kept, or nil and no error when there is
 	// none or it expired.
 	GetContinuation(ctx context.Context, tenant, replyID string) ([]byte, error)
+	// GetContinuations is GetContinuation for several reply ids of tenant in one read of the
+	// store (a request may name many): what was kept for each, in order, nil where nothing is.
+	GetContinuations(ctx context.Context, tenant string, replyIDs []string) ([][]byte, error)
 }
 
 // continuationDir holds the file store's continuations; it can never be a
@@ -106,6 +109,19 @@ func (s *FileStore) GetContinuation(ctx context.Context, tenant, replyID string)
 		return nil, nil
 	}
 	return b[8:], nil
+}
+
+// GetContinuations implements Continuations: the files are local, read one by one.
+func (s *FileStore) GetContinuations(ctx context.Context, tenant string, replyIDs []string) ([][]byte, error) {
+	out := make([][]byte, len(replyIDs))
+	for i, id := range replyIDs {
+		b, err := s.GetContinuation(ctx, tenant, id)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = b
+	}
+	return out, nil
 }
 
 // sweepContinuations drops a tenant's expired continuations, so abandoned

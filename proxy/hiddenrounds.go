@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"strconv"
+	"unsafe"
 
-	"github.com/ctxproxy/ctxproxy/memoryhook"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 	"go.uber.org/zap"
@@ -103,38 +103,43 @@ func (x *exchange) keepHiddenRounds(ctx context.Context, last func() []byte) {
 }
 
 // restoreHiddenRounds gives the API back the rounds a loop hid from the client: each assistant
-// message of body that a kept expansion names (by a thinking block after its first block) is
-// replaced by the hidden turns and the blocks of the last round; changed is false when none
-// is. An error only when the store fails.
-func (x *exchange) restoreHiddenRounds(ctx context.Context, body []byte) (_ []byte, changed bool, _ error) {
+// message of the request that a kept expansion names (by a thinking block after its first
+// block) is replaced by the hidden turns and the blocks of the last round; changed is false
+// when none is. The messages are read where the rewrite left them (no copy of the request),
+// and the expansions they may name are looked up in one read of the store; only a request
+// that names one is built anew. An error only when the store fails.
+func (x *exchange) restoreHiddenRounds(ctx context.Context) (_ []byte, changed bool, _ error) {
 	c := x.continuations()
 	sc, ok := x.scope()
-	if c == nil || !ok || !bytes.Contains(body, []byte(`"assistant"`)) {
-		return body, false, nil
+	if c == nil || !ok {
+		return nil, false, nil
 	}
-	msgs := gjson.GetBytes(body, "messages")
-	if !msgs.IsArray() {
-		return body, false, nil
+	msgs := x.req.msgs
+	if !x.req.msgsRead { // a body rewritten in place: small, one piece unless diagnostics were added
+		msgs = []byte(gjson.GetBytes(joinParts(x.req.parts), "messages").Raw)
 	}
-	// First the lookups, then the copies: most requests name no kept expansion and are sent
-	// as they came, without a copy of their history.
-	all := msgs.Array()
+	at, keys := hiddenCandidates(msgs)
+	if len(keys) == 0 {
+		return nil, false, nil
+	}
+	kept, err := c.GetContinuations(ctx, sc.Tenant, keys)
+	if err != nil {
+		return nil, false, err
+	}
 	var restored map[int][]byte
-	for i, m := range all {
-		msg, err := restoredMessage(ctx, c, sc.Tenant, m)
-		if err != nil {
-			return nil, false, err
-		}
-		if msg != nil {
+	for j, data := range kept {
+		if msg := restoredMessage(at[j].content, data); msg != nil {
 			if restored == nil {
 				restored = map[int][]byte{}
 			}
-			restored[i] = msg
+			restored[at[j].index] = msg
 		}
 	}
 	if len(restored) == 0 {
-		return body, false, nil
+		return nil, false, nil
 	}
+	body := joinParts(x.req.parts)
+	all := gjson.GetBytes(body, "messages").Array()
 	out := make([][]byte, 0, len(all))
 	for i, m := range all {
 		if msg, ok := restored[i]; ok {
@@ -143,30 +148,55 @@ func (x *exchange) restoreHiddenRounds(ctx context.Context, body []byte) (_ []by
 		}
 		out = append(out, []byte(m.Raw))
 	}
-	body, err := sjson.SetRawBytes(body, "messages", joinArray(out))
+	body, err = sjson.SetRawBytes(body, "messages", joinArray(out))
 	return body, err == nil, err
 }
 
-// restoredMessage is what stands for the message m given back to the API: the hidden turns a
-// kept expansion names, joined by commas, and the last round's blocks; nil when m names none.
-func restoredMessage(ctx context.Context, c memoryhook.Continuations, tenant string, m gjson.Result) ([]byte, error) {
-	content := m.Get("content")
-	if m.Get("role").Str != "assistant" || !content.IsArray() {
+// hiddenCandidate is an assistant message that may stand for hidden rounds: its index among the
+// messages and its content.
+type hiddenCandidate struct {
+	index   int
+	content gjson.Result
+}
+
+// hiddenCandidates are the assistant messages of msgs (a messages array) with a thinking block
+// after their first block, and the keys a kept expansion of each would have. msgs is read as a
+// view: the results point into it. A transcript without a thinking block is not walked.
+func hiddenCandidates(msgs []byte) (at []hiddenCandidate, keys []string) {
+	if !bytes.Contains(msgs, []byte(`thinking"`)) { // "thinking" and "redacted_thinking" both end so
 		return nil, nil
 	}
-	key := firstThinkingKey(content, 1)
-	if key == "" {
-		return nil, nil
-	}
-	data, err := c.GetContinuation(ctx, tenant, hiddenKeyPrefix+key)
-	if err != nil {
-		return nil, err
+	i := -1
+	gjson.Parse(unsafe.String(unsafe.SliceData(msgs), len(msgs))).ForEach(func(_, m gjson.Result) bool {
+		i++
+		if m.Get("role").Str != "assistant" {
+			return true
+		}
+		content := m.Get("content")
+		if !content.IsArray() {
+			return true
+		}
+		if key := firstThinkingKey(content, 1); key != "" {
+			at = append(at, hiddenCandidate{index: i, content: content})
+			keys = append(keys, hiddenKeyPrefix+key)
+		}
+		return true
+	})
+	return at, keys
+}
+
+// restoredMessage is what stands for a message of content given back to the API, from data, the
+// kept expansion its key named: the hidden turns, joined by commas, and the last round's
+// blocks; nil when data is none or does not fit the message.
+func restoredMessage(content gjson.Result, data []byte) []byte {
+	if data == nil {
+		return nil
 	}
 	blocks := content.Array()
 	visible := int(gjson.GetBytes(data, "visible").Int())
 	turns := gjson.GetBytes(data, "turns")
-	if data == nil || !turns.IsArray() || visible <= 0 || visible >= len(blocks) {
-		return nil, nil
+	if !turns.IsArray() || visible <= 0 || visible >= len(blocks) {
+		return nil
 	}
 	var out []byte
 	for _, t := range turns.Array() {
@@ -180,5 +210,5 @@ func restoredMessage(ctx context.Context, c memoryhook.Continuations, tenant str
 		}
 		out = append(out, b.Raw...)
 	}
-	return append(out, "]}"...), nil
+	return append(out, "]}"...)
 }

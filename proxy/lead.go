@@ -104,6 +104,7 @@ func (x *exchange) readLeading() (in clientBody, q request, t *limits.Ticket, ok
 		return in, q, nil, false
 	}
 	x.conv = x.openConversation(buf, &info.Top)
+	q.msgs, q.msgsRead = info.Top.Messages.Of(buf), true
 	x.conv.askDiagnostics(&q, false)
 	rest = x.conv.withDiagnostics(rest)
 	if t, ok = x.checkLimits(&q, n); !ok {

@@ -74,7 +74,7 @@ type memoryLoop struct {
 func (x *exchange) startLoop() bool {
 	x.loop = memoryLoop{parts: x.req.parts, msgEnd: x.req.msgEnd, firstID: x.req.info.Stream, retry: x.who.retry}
 	if x.who.memory && x.thinkingOn() && !x.req.info.Threaded {
-		body, changed, err := x.restoreHiddenRounds(x.r.Context(), joinParts(x.req.parts))
+		body, changed, err := x.restoreHiddenRounds(x.r.Context())
 		if err != nil {
 			x.fail(http.StatusServiceUnavailable, "api_error", "memory store unavailable: "+err.Error())
 			return false

@@ -198,15 +198,30 @@ func benchSmallBody(stream bool) []byte {
 }
 
 // benchLargeBody is a 1 MB, 200-turn tool transcript.
-func benchLargeBody() []byte {
+func benchLargeBody() []byte { return benchTranscript(false) }
+
+// benchTranscript is benchLargeBody; with thinking on, every assistant turn thinks first, and
+// every tenth is shaped as a memory loop's merged message (a second thinking block after a text
+// block): a transcript the hidden rounds' restore looks up (hiddenrounds.go).
+func benchTranscript(thinking bool) []byte {
 	var sb bytes.Buffer
-	sb.WriteString(`{"model":"claude-sonnet-4-5","max_tokens":4096,"system":"You are a careful coding agent.",` +
-		`"tools":[{"name":"read_file","description":"Read a file.","input_schema":{"type":"object","properties":{"path":{"type":"string"}}}}],` +
+	sb.WriteString(`{"model":"claude-sonnet-4-5","max_tokens":4096,"system":"You are a careful coding agent.",`)
+	if thinking {
+		sb.WriteString(`"thinking":{"type":"enabled","budget_tokens":2048},`)
+	}
+	sb.WriteString(`"tools":[{"name":"read_file","description":"Read a file.","input_schema":{"type":"object","properties":{"path":{"type":"string"}}}}],` +
 		`"messages":[{"role":"user","content":"Find why the handler tests fail and fix them."}`)
 	result := string(jsonstr.Append(nil, strings.Repeat("\tfunc handler(w http.ResponseWriter, r *http.Request) { log.Printf(\"serving %s\", r.URL.Path) }\n", 105)))
 	for i := 0; i < 100; i++ {
 		id := "toolu_bench_" + string(rune('a'+i%26)) + strings.Repeat("x", i/26)
-		sb.WriteString(`,{"role":"assistant","content":[{"type":"tool_use","id":"` + id + `","name":"read_file","input":{"path":"h.go"}}]}`)
+		think := ""
+		if thinking {
+			think = `{"type":"thinking","thinking":"The handler logs before it checks the path; read it.","signature":"sig_bench_` + id + `"},`
+			if i%10 == 9 {
+				think += `{"type":"text","text":"Checked my notes."},{"type":"thinking","thinking":"Now the file.","signature":"sig_bench_later_` + id + `"},`
+			}
+		}
+		sb.WriteString(`,{"role":"assistant","content":[` + think + `{"type":"tool_use","id":"` + id + `","name":"read_file","input":{"path":"h.go"}}]}`)
 		sb.WriteString(`,{"role":"user","content":[{"type":"tool_result","tool_use_id":"` + id + `","content":` + result + `}]}`)
 	}
 	sb.WriteString(`]}`)
@@ -215,8 +230,9 @@ func benchLargeBody() []byte {
 
 // benchLargePlainBody is benchLargeBody with one more short tool round at its end: in memory
 // proxy mode memoryUpstream answers it plainly (no memory call), as the bench's row 5p.
-func benchLargePlainBody() []byte {
-	b := benchLargeBody()
+func benchLargePlainBody() []byte { return withShortLastRound(benchLargeBody()) }
+
+func withShortLastRound(b []byte) []byte {
 	return append(b[:len(b)-2:len(b)-2], `,{"role":"assistant","content":[{"type":"tool_use","id":"toolu_bench_last","name":"read_file","input":{"path":"h.go"}}]}`+
 		`,{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_bench_last","content":"ok"}]}]}`...)
 }
@@ -294,6 +310,7 @@ func (discardExporter) Shutdown(context.Context) error                          
 
 func benchServe(b *testing.B, s *Server, header func(http.Header)) {
 	small, large, largePlain, stream := benchSmallBody(false), benchLargeBody(), benchLargePlainBody(), benchSmallBody(true)
+	largeThinking := withShortLastRound(benchTranscript(true))
 	cases := []struct {
 		name string
 		key  string
@@ -306,6 +323,7 @@ func benchServe(b *testing.B, s *Server, header func(http.Header)) {
 		{"1MB/enforce", benchKeyEnforce, large},
 		{"1MB/memory proxy", benchKeyMemory, large},
 		{"1MB/memory proxy, plain answer", benchKeyMemory, largePlain},
+		{"1MB/memory proxy, plain answer, thinking on", benchKeyMemory, largeThinking},
 		{"stream 200 events/policy off", benchKeyOff, stream},
 		{"stream 200 events/enforce", benchKeyEnforce, stream},
 		{"stream 200 events/memory proxy", benchKeyMemory, stream},

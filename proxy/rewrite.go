@@ -65,6 +65,11 @@ type request struct {
 	// turns (spliceRound); not found for a body rewritten in place, a thread or a body with
 	// its own diagnostics.
 	msgEnd partPos
+	// msgs is the messages array as it goes upstream (the rewrite never changes it), in the
+	// client's buffer, when msgsRead: the rewrite's pass found it (nil: none). Not for a body
+	// rewritten in place.
+	msgs     []byte
+	msgsRead bool
 }
 
 // rewrite applies the tenant's policy to the client's body: a Messages or
@@ -97,6 +102,9 @@ func (x *exchange) rewrite(body []byte) (request, conversation, bool) {
 		conv = x.openConversation(body, &info.Top)
 	}
 	conv.askDiagnostics(&q, inPlace)
+	if !inPlace {
+		q.msgs, q.msgsRead = info.Top.Messages.Of(body), true
+	}
 	if m := info.Top.Messages; !inPlace && !info.Threaded && m.End > m.Start && info.Top.Diagnostics.End == 0 {
 		q.msgEnd = posIn(q.parts, body, m.End-1)
 	}

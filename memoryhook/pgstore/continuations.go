@@ -89,6 +89,63 @@ func (s *Store) GetContinuation(ctx context.Context, tenant, replyID string) ([]
 	return data, nil
 }
 
+// GetContinuations implements memoryhook.Continuations: one statement reads them all (and one
+// deletes those that expired).
+func (s *Store) GetContinuations(ctx context.Context, tenant string, replyIDs []string) ([][]byte, error) {
+	out := make([][]byte, len(replyIDs))
+	if len(replyIDs) == 0 {
+		return out, nil
+	}
+	keys := make([][]byte, len(replyIDs))
+	at := make(map[[sha256.Size]byte][]int, len(replyIDs))
+	for i, id := range replyIDs {
+		k, err := continuationKey(tenant, id)
+		if err != nil {
+			return nil, err
+		}
+		keys[i] = k
+		at[[sha256.Size]byte(k)] = append(at[[sha256.Size]byte(k)], i)
+	}
+	ctx, cancel := s.deadline(ctx)
+	defer cancel()
+	err := s.b.run(ctx, memoryhook.Scope{Tenant: tenant}, func(ctx context.Context) error {
+		clear(out)
+		rows, err := s.pool.Query(ctx, `SELECT reply_hash, data, expires_at > now() FROM ctxproxy_memory_continuations
+			WHERE tenant = $1 AND reply_hash = ANY($2)`, tenant, keys)
+		if err != nil {
+			return err
+		}
+		expired := false
+		for rows.Next() {
+			var hash, data []byte
+			var live bool
+			if err := rows.Scan(&hash, &data, &live); err != nil {
+				rows.Close()
+				return err
+			}
+			if !live {
+				expired = true
+				continue
+			}
+			if len(hash) == sha256.Size {
+				for _, i := range at[[sha256.Size]byte(hash)] {
+					out[i] = data
+				}
+			}
+		}
+		if err := rows.Err(); err != nil || !expired {
+			return err
+		}
+		_, err = s.pool.Exec(ctx, `DELETE FROM ctxproxy_memory_continuations
+			WHERE tenant = $1 AND reply_hash = ANY($2) AND expires_at <= now()`, tenant, keys)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("continuation: %w", err)
+	}
+	return out, nil
+}
+
 // sweepContinuations deletes the tenant's expired continuations, so
 // abandoned threads do not pile up.
 func (s *Store) sweepContinuations(ctx context.Context, tenant string) error {

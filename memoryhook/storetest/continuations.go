@@ -110,6 +110,33 @@ func RunContinuations(t *testing.T, newStore func(t *testing.T) memoryhook.Conti
 			}
 		}
 	})
+	t.Run("reads several in one call, in order, as one by one", func(t *testing.T) {
+		c := newStore(t)
+		put(t, c, "t1", "msg_a", []byte("a"), time.Hour)
+		put(t, c, "t1", "msg_b", []byte("b"), time.Hour)
+		put(t, c, "t1", "msg_dead", []byte("dead"), -time.Second)
+		put(t, c, "t2", "msg_c", []byte("t2's c"), time.Hour)
+		ids := []string{"msg_b", "msg_unknown", "msg_a", "msg_dead", "msg_c", "msg_b"}
+		got, err := c.GetContinuations(ctx, "t1", ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"b", "", "a", "", "", "b"}
+		if len(got) != len(want) {
+			t.Fatalf("%d results for %d ids", len(got), len(ids))
+		}
+		for i := range want {
+			if string(got[i]) != want[i] || (want[i] == "" && got[i] != nil) {
+				t.Errorf("%s: got %q, want %q", ids[i], got[i], want[i])
+			}
+			if one := get(t, c, "t1", ids[i]); !bytes.Equal(one, got[i]) {
+				t.Errorf("%s: one by one %q, in the batch %q", ids[i], one, got[i])
+			}
+		}
+		if got, err := c.GetContinuations(ctx, "t1", nil); err != nil || len(got) != 0 {
+			t.Errorf("no ids: %q, %v", got, err)
+		}
+	})
 	t.Run("refuses an invalid tenant", func(t *testing.T) {
 		c := newStore(t)
 		for _, tenant := range []string{"", "../x", ".continuations", "T1", "a/b"} {
@@ -118,6 +145,9 @@ func RunContinuations(t *testing.T, newStore func(t *testing.T) memoryhook.Conti
 			}
 			if _, err := c.GetContinuation(ctx, tenant, "msg"); err == nil {
 				t.Errorf("get for tenant %q accepted", tenant)
+			}
+			if _, err := c.GetContinuations(ctx, tenant, []string{"msg"}); err == nil {
+				t.Errorf("a batch get for tenant %q accepted", tenant)
 			}
 		}
 	})
