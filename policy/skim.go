@@ -277,3 +277,15 @@ func skimString(b []byte, i int) (int, *scanError) {
 		i = q + 1
 	}
 }
+
+// ValueEnd is the offset after the JSON string, array or object at b[i], found as the validating
+// pass finds it (64 bytes at a time where the CPU can): the proxy reads where a value of a body
+// the rewrite accepted ends without parsing what is inside it. Not ok when b[i] opens none of
+// them or the value does not end in b.
+func ValueEnd(b []byte, i int) (int, bool) {
+	if i < 0 || i >= len(b) || (b[i] != '"' && b[i] != '[' && b[i] != '{') {
+		return 0, false
+	}
+	end, err := skimValue(b, i, 0)
+	return end, err == nil && end > i && end <= len(b)
+}

@@ -198,3 +198,29 @@ func FuzzSkimBlocks(f *testing.F) {
 		}
 	})
 }
+
+func TestValueEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		b    string
+		i    int
+		end  int
+		ok   bool
+	}{
+		{"a string", `"a\"b" ,`, 0, 6, true},
+		{"an array with strings holding brackets", `[1,"]",{"a":"}"}] x`, 0, 17, true},
+		{"an object inside a body", `{"m":{"a":[1]}}`, 5, 14, true},
+		{"a number is not skimmed", `12`, 0, 0, false},
+		{"a literal is not skimmed", `null`, 0, 0, false},
+		{"an unterminated string", `"abc`, 0, 0, false},
+		{"an unclosed array", `[1,2`, 0, 0, false},
+		{"past the end", `"a"`, 3, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			end, ok := ValueEnd([]byte(tc.b), tc.i)
+			if ok != tc.ok || ok && end != tc.end {
+				t.Errorf("ValueEnd(%q, %d) = %d, %v; want %d, %v", tc.b, tc.i, end, ok, tc.end, tc.ok)
+			}
+		})
+	}
+}

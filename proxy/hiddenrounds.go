@@ -9,6 +9,8 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 	"go.uber.org/zap"
+
+	"github.com/ctxproxy/ctxproxy/policy"
 )
 
 // Thinking across the memory splice (the December 2026 API reference's thinking-binding
@@ -159,30 +161,130 @@ type hiddenCandidate struct {
 	content gjson.Result
 }
 
-// hiddenCandidates are the assistant messages of msgs (a messages array) with a thinking block
-// after their first block, and the keys a kept expansion of each would have. msgs is read as a
-// view: the results point into it. A transcript without a thinking block is not walked.
+// hiddenCandidates are the assistant messages of msgs (a messages array the rewrite accepted)
+// with a thinking block after their first block, and the keys a kept expansion of each would
+// have. The messages are walked member by member in one pass, each value's end found by the
+// rewrite's skim (policy.ValueEnd), which passes over a long tool result 64 bytes at a time;
+// only an assistant message's content is parsed. The results point into msgs. A transcript
+// without a thinking block is not walked.
 func hiddenCandidates(msgs []byte) (at []hiddenCandidate, keys []string) {
 	if !bytes.Contains(msgs, []byte(`thinking"`)) { // "thinking" and "redacted_thinking" both end so
 		return nil, nil
 	}
-	i := -1
-	gjson.Parse(unsafe.String(unsafe.SliceData(msgs), len(msgs))).ForEach(func(_, m gjson.Result) bool {
-		i++
-		if m.Get("role").Str != "assistant" {
-			return true
+	walkArray(msgs, func(n, i int) (int, bool) {
+		if msgs[i] != '{' {
+			return valueEnd(msgs, i)
 		}
-		content := m.Get("content")
-		if !content.IsArray() {
-			return true
+		var role, content []byte
+		escaped := false
+		end, ok := walkObject(msgs, i, func(key, v []byte) {
+			switch string(key) {
+			case "role":
+				role = v
+			case "content":
+				content = v
+			}
+			escaped = escaped || bytes.IndexByte(key, '\\') >= 0
+		})
+		if !ok {
+			return end, false
 		}
-		if key := firstThinkingKey(content, 1); key != "" {
-			at = append(at, hiddenCandidate{index: i, content: content})
+		if escaped || bytes.IndexByte(role, '\\') >= 0 { // escapes the skim does not decode
+			r := gjson.GetManyBytes(msgs[i:end], "role", "content")
+			role, content = []byte(strconv.Quote(r[0].Str)), []byte(r[1].Raw)
+		}
+		if string(role) != `"assistant"` || len(content) == 0 || content[0] != '[' {
+			return end, true
+		}
+		c := gjson.Parse(unsafe.String(unsafe.SliceData(content), len(content)))
+		if key := firstThinkingKey(c, 1); key != "" {
+			at = append(at, hiddenCandidate{index: n, content: c})
 			keys = append(keys, hiddenKeyPrefix+key)
 		}
-		return true
+		return end, true
 	})
 	return at, keys
+}
+
+// walkArray calls elem with the index and the offset of each element of the array b, a value
+// of a body the rewrite accepted; elem returns the offset after the element. The walk stops at
+// anything it does not expect.
+func walkArray(b []byte, elem func(n, i int) (end int, ok bool)) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '[' {
+		return
+	}
+	for n := 0; ; n++ {
+		if i = skipSpace(b, i+1); i >= len(b) || b[i] == ']' {
+			return
+		}
+		end, ok := elem(n, i)
+		if !ok {
+			return
+		}
+		if i = skipSpace(b, end); i >= len(b) || b[i] != ',' {
+			return
+		}
+	}
+}
+
+// walkObject calls member with the key (as written between its quotes, undecoded) and the value
+// of each member of the object at b[i], and returns the offset after the object.
+func walkObject(b []byte, i int, member func(key, v []byte)) (int, bool) {
+	for {
+		if i = skipSpace(b, i+1); i >= len(b) {
+			return i, false
+		}
+		if b[i] == '}' {
+			return i + 1, true
+		}
+		kend, ok := policy.ValueEnd(b, i)
+		if !ok || b[i] != '"' {
+			return i, false
+		}
+		key := b[i+1 : kend-1]
+		if i = skipSpace(b, kend); i >= len(b) || b[i] != ':' {
+			return i, false
+		}
+		i = skipSpace(b, i+1)
+		end, ok := valueEnd(b, i)
+		if !ok {
+			return i, false
+		}
+		member(key, b[i:end])
+		if i = skipSpace(b, end); i >= len(b) {
+			return i, false
+		}
+		if b[i] == '}' {
+			return i + 1, true
+		}
+		if b[i] != ',' {
+			return i, false
+		}
+	}
+}
+
+// valueEnd is the offset after the value at b[i]: a string, array or object by the skim, a
+// number or a literal where it stops.
+func valueEnd(b []byte, i int) (int, bool) {
+	if i >= len(b) {
+		return i, false
+	}
+	if end, ok := policy.ValueEnd(b, i); ok {
+		return end, true
+	}
+	end := i
+	for end < len(b) && b[end] != ',' && b[end] != ']' && b[end] != '}' && skipSpace(b, end) == end {
+		end++
+	}
+	return end, end > i
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
 }
 
 // restoredMessage is what stands for a message of content given back to the API, from data, the

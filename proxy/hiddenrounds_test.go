@@ -108,3 +108,52 @@ func TestHiddenRoundsAreLookedUpOncePerRequest(t *testing.T) {
 		})
 	}
 }
+
+// hiddenCandidatesByGJSON is hiddenCandidates as gjson reads the messages: the reference.
+func hiddenCandidatesByGJSON(msgs string) (idx []int, keys []string) {
+	i := -1
+	gjson.Parse(msgs).ForEach(func(_, m gjson.Result) bool {
+		i++
+		if c := m.Get("content"); m.Get("role").Str == "assistant" && c.IsArray() {
+			if k := firstThinkingKey(c, 1); k != "" {
+				idx, keys = append(idx, i), append(keys, hiddenKeyPrefix+k)
+			}
+		}
+		return true
+	})
+	return idx, keys
+}
+
+func TestHiddenCandidatesReadTheMessagesAsGJSONDoes(t *testing.T) {
+	later := `[{"type":"thinking","thinking":"a","signature":"s1"},{"type":"text","text":"t"},{"type":"thinking","thinking":"b","signature":"s2"}]`
+	for _, tc := range []struct{ name, msgs string }{
+		{"role first", `[{"role":"user","content":"hi"},{"role":"assistant","content":` + later + `}]`},
+		{"content first, as the Go SDK writes it", `[{"content":"hi","role":"user"},{"content":` + later + `,"role":"assistant"}]`},
+		{"whitespace everywhere", "[ {\n\"role\" : \"assistant\" ,\t\"content\" :\r\n" + later + " } , {\"role\":\"user\",\"content\":[]} ]"},
+		{"an escaped key", `[{"r\u006fle":"assistant","content":` + later + `}]`},
+		{"an escaped role", `[{"role":"assist\u0061nt","content":` + later + `}]`},
+		{"numbers, literals and objects among the members", `[{"n":12.5e3,"x":null,"t":true,"o":{"role":"user"},"role":"assistant","content":` + later + `}]`},
+		{"a user message that thinks later is no candidate", `[{"role":"user","content":` + later + `}]`},
+		{"thinking first only", `[{"role":"assistant","content":[{"type":"thinking","thinking":"a","signature":"s1"},{"type":"text","text":"t"}]}]`},
+		{"a redacted block later", `[{"role":"assistant","content":[{"type":"text","text":"t"},{"type":"redacted_thinking","data":"d1"}]}]`},
+		{"content a string", `[{"role":"assistant","content":"thinking\""}]`},
+		{"strings with brackets and escaped quotes", `[{"role":"user","content":"]} \"role\":\"assistant\" {["},{"role":"assistant","content":` + later + `}]`},
+		{"an empty array", `[]`},
+		{"not an array", `{"role":"assistant","content":` + later + `}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			at, keys := hiddenCandidates([]byte(tc.msgs))
+			wantIdx, wantKeys := hiddenCandidatesByGJSON(tc.msgs)
+			if !strings.HasPrefix(tc.msgs, "[") {
+				wantIdx, wantKeys = nil, nil
+			}
+			var idx []int
+			for _, c := range at {
+				idx = append(idx, c.index)
+			}
+			if fmt.Sprint(idx, keys) != fmt.Sprint(wantIdx, wantKeys) {
+				t.Errorf("candidates %v %q, gjson reads %v %q", idx, keys, wantIdx, wantKeys)
+			}
+		})
+	}
+}
