@@ -210,3 +210,39 @@ func TestARefusalOfTheClientsOwnEditIsRelayedUntouched(t *testing.T) {
 		})
 	}
 }
+
+// count_tokens gets the same rewrite, so the same refusal: it is taken back and learned too (the
+// learned refusal then also spares the Messages call).
+func TestCountTokensTakesBackARefusedClearThinkingToo(t *testing.T) {
+	var models *capabilities.Cache
+	h := newHarness(t, withModels(&models))
+	if err := models.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	o := h.fake.CurrentOptions()
+	o.December.BetweenToolsRefusesClearThinking = true
+	h.fake.SetOptions(o)
+	body := `{"model":"claude-opus-4-8","thinking":{"type":"between_tools"},"messages":[{"role":"user","content":"hi"}]}`
+	from := lastSeq(h.fake) + 1
+	resp := h.post("/v1/messages/count_tokens", keyAcme, body)
+	if got := readAll(t, resp.Body); resp.StatusCode != 200 || !gjson.Get(got, "input_tokens").Exists() {
+		t.Fatalf("status %d: %s", resp.StatusCode, got)
+	}
+	var status []int
+	for _, r := range h.fake.Requests() {
+		if r.Seq >= from && r.Path == "/v1/messages/count_tokens" {
+			status = append(status, r.Status)
+		}
+	}
+	if !slices.Equal(status, []int{400, 200}) {
+		t.Fatalf("count_tokens calls %v, want the refusal and the resend", status)
+	}
+	from = lastSeq(h.fake) + 1
+	resp = h.post("/v1/messages", keyAcme, betweenToolsBody(false, ""))
+	if got := readAll(t, resp.Body); resp.StatusCode != 200 {
+		t.Fatalf("messages: status %d: %s", resp.StatusCode, got)
+	}
+	if status, clear := messagesCalls(h.fake, from); !slices.Equal(status, []int{200}) || clear[0] {
+		t.Errorf("messages calls %v clear_thinking %v: the refusal learned from count_tokens should hold", status, clear)
+	}
+}
