@@ -29,7 +29,7 @@ func TestAdmitBatch(t *testing.T) {
 		// (100 input tokens × $1/M + 100 output tokens × $10/M) / 2 = $0.00055 each.
 		key, _ := Bucket(policy.Daily, r.now)
 		k := counterKey{"acme", "", key}
-		if got := r.spend.holds[k][tk.id].amount; got != 3*550_000 {
+		if got := r.spend.counters[k].holds[tk.id].amount; got != 3*550_000 {
 			t.Errorf("held %s, want 3 × $0.00055", got)
 		}
 	})

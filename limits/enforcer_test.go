@@ -330,7 +330,11 @@ func (r *rig) heldNow() tokens.Money {
 	defer r.spend.mu.Unlock()
 	key, _ := Bucket(policy.Daily, r.now)
 	var sum tokens.Money
-	for _, h := range r.spend.holds[counterKey{"acme", "", key}] {
+	mc := r.spend.counters[counterKey{"acme", "", key}]
+	if mc == nil {
+		return 0
+	}
+	for _, h := range mc.holds {
 		sum = sum.Plus(h.amount)
 	}
 	return sum

@@ -52,10 +52,18 @@ type SpendStore interface {
 type MemoryStore struct {
 	mu       sync.Mutex
 	now      func() time.Time
-	spent    map[counterKey]tokens.Money
-	holds    map[counterKey]map[string]hold // by request id
-	holdKeys map[string][]counterKey        // the counters each request id holds
+	counters map[counterKey]*memCounter
+	holdKeys map[string][]*memCounter // the counters each request id holds
 	batches  map[string]*batchRecord
+}
+
+// memCounter is one spend counter: its settled spend and its holds. A hold's counters are
+// found from its id without hashing their keys again (an admission and its settle were
+// twenty-eight map operations with two maps a counter).
+type memCounter struct {
+	spent   tokens.Money
+	settled bool            // charged at least once (UserSpend lists it)
+	holds   map[string]hold // by request id; kept when empty, for the counter's next hold
 }
 
 type batchRecord struct {
@@ -73,8 +81,19 @@ type hold struct {
 
 // NewMemoryStore returns an empty in-memory store.
 func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{now: time.Now, spent: map[counterKey]tokens.Money{},
-		holds: map[counterKey]map[string]hold{}, holdKeys: map[string][]counterKey{}, batches: map[string]*batchRecord{}}
+	return &MemoryStore{now: time.Now, counters: map[counterKey]*memCounter{}, holdKeys: map[string][]*memCounter{},
+		batches: map[string]*batchRecord{}}
+}
+
+// counter is c's counter of tenant, made when it has none.
+func (m *MemoryStore) counter(tenant string, c *Counter) *memCounter {
+	k := counterKey{tenant, c.User, c.Bucket}
+	mc := m.counters[k]
+	if mc == nil {
+		mc = &memCounter{holds: map[string]hold{}}
+		m.counters[k] = mc
+	}
+	return mc
 }
 
 func (m *MemoryStore) OpenBatch(_ context.Context, b Batch, holdTTL, recordTTL time.Duration) error {
@@ -89,10 +108,10 @@ func (m *MemoryStore) OpenBatch(_ context.Context, b Batch, holdTTL, recordTTL t
 	if _, ok := m.batches[b.ID]; !ok {
 		m.batches[b.ID] = &batchRecord{b: b, expires: now.Add(recordTTL)}
 	}
-	for _, k := range m.holdKeys[b.HoldID] {
-		if h, ok := m.holds[k][b.HoldID]; ok {
+	for _, mc := range m.holdKeys[b.HoldID] {
+		if h, ok := mc.holds[b.HoldID]; ok {
 			h.expires = now.Add(holdTTL)
-			m.holds[k][b.HoldID] = h
+			mc.holds[b.HoldID] = h
 		}
 	}
 	return nil
@@ -117,38 +136,32 @@ func (m *MemoryStore) Reserve(_ context.Context, id, tenant string, cs []Counter
 	now := m.now()
 	sums := make([]tokens.Money, 2*len(cs))
 	r := Reservation{Spent: sums[:len(cs):len(cs)], Reserved: sums[len(cs):], Refused: -1}
-	for i, c := range cs {
-		k := counterKey{tenant, c.User, c.Bucket}
-		r.Spent[i] = m.spent[k]
-		for hid, h := range m.holds[k] {
+	held := make([]*memCounter, len(cs))
+	for i := range cs {
+		mc := m.counter(tenant, &cs[i])
+		held[i] = mc
+		r.Spent[i] = mc.spent
+		for hid, h := range mc.holds {
 			if !now.Before(h.expires) {
-				delete(m.holds[k], hid) // a hold left by a request that never settled
+				delete(mc.holds, hid) // a hold left by a request that never settled
 				continue
 			}
 			r.Reserved[i] = r.Reserved[i].Plus(h.amount)
 		}
-		if r.Refused < 0 && r.Spent[i].Plus(r.Reserved[i]).Plus(amount) > c.Cap {
+		if r.Refused < 0 && r.Spent[i].Plus(r.Reserved[i]).Plus(amount) > cs[i].Cap {
 			r.Refused = i
 		}
 	}
 	if r.Refused >= 0 {
 		return r, nil
 	}
-	keys := make([]counterKey, 0, len(cs))
-	for _, c := range cs {
-		k := counterKey{tenant, c.User, c.Bucket}
-		hs := m.holds[k]
-		if hs == nil {
-			hs = map[string]hold{}
-			m.holds[k] = hs
-		}
-		hs[id] = hold{amount: amount, expires: now.Add(ttl)}
-		keys = append(keys, k)
+	for _, mc := range held {
+		mc.holds[id] = hold{amount: amount, expires: now.Add(ttl)}
 	}
 	if prev := m.holdKeys[id]; prev != nil { // a batch's hold, reserved again
-		keys = append(prev, keys...)
+		held = append(prev, held...)
 	}
-	m.holdKeys[id] = keys
+	m.holdKeys[id] = held
 	return r, nil
 }
 
@@ -156,9 +169,9 @@ func (m *MemoryStore) Settle(_ context.Context, id, tenant string, cs []Counter,
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.release(id)
-	for _, c := range cs {
-		k := counterKey{tenant, c.User, c.Bucket}
-		m.spent[k] = m.spent[k].Plus(cost)
+	for i := range cs {
+		mc := m.counter(tenant, &cs[i])
+		mc.spent, mc.settled = mc.spent.Plus(cost), true
 	}
 	return nil
 }
@@ -171,10 +184,8 @@ func (m *MemoryStore) Release(_ context.Context, id string) error {
 }
 
 func (m *MemoryStore) release(id string) {
-	for _, k := range m.holdKeys[id] {
-		// An empty map stays for the counter's next hold (a map made and dropped per request
-		// was most of what a hold allocated); the counter's spend stays too.
-		delete(m.holds[k], id)
+	for _, mc := range m.holdKeys[id] {
+		delete(mc.holds, id)
 	}
 	delete(m.holdKeys, id)
 }
@@ -183,9 +194,9 @@ func (m *MemoryStore) UserSpend(_ context.Context, tenant, bucket string) (map[s
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := map[string]tokens.Money{}
-	for k, v := range m.spent {
-		if k.tenant == tenant && k.bucket == bucket && k.user != "" {
-			out[k.user] = v
+	for k, mc := range m.counters {
+		if k.tenant == tenant && k.bucket == bucket && k.user != "" && mc.settled {
+			out[k.user] = mc.spent
 		}
 	}
 	return out, nil
@@ -196,7 +207,9 @@ func (m *MemoryStore) Spent(_ context.Context, tenant string, cs []Counter) ([]t
 	defer m.mu.Unlock()
 	out := make([]tokens.Money, len(cs))
 	for i, c := range cs {
-		out[i] = m.spent[counterKey{tenant, c.User, c.Bucket}]
+		if mc := m.counters[counterKey{tenant, c.User, c.Bucket}]; mc != nil {
+			out[i] = mc.spent
+		}
 	}
 	return out, nil
 }
