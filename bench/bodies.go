@@ -109,3 +109,28 @@ func largeBody(size, turns int, stream bool) []byte {
 	buf.WriteString(`]}`)
 	return buf.Bytes()
 }
+
+// thinkingBody is body (smallBody's or largeBody's) with extended thinking on and each assistant
+// turn's text block a thinking block; every tenth turn is shaped as a memory loop's merged
+// message, a second thinking block after a text block, which the proxy looks up among the
+// hidden rounds it keeps. The signatures are ones the fake never wrote, which it lets pass.
+func thinkingBody(body []byte) []byte {
+	const text = `{"type":"text","text":"Let me read the next file."}`
+	out := make([]byte, 0, len(body)+len(body)/50)
+	out = append(out, `{"thinking":{"type":"enabled","budget_tokens":1024},`...)
+	// The smallest budget is 1024 tokens, and max_tokens must be above it.
+	rest := bytes.Replace(body[1:], []byte(`"max_tokens":1024,`), []byte(`"max_tokens":2048,`), 1)
+	for n := 0; ; n++ {
+		i := bytes.Index(rest, []byte(text))
+		if i < 0 {
+			break
+		}
+		out = append(out, rest[:i]...)
+		out = fmt.Appendf(out, `{"type":"thinking","thinking":"Let me read the next file.","signature":"sig_bench_%d"}`, n)
+		if n%10 == 9 {
+			out = fmt.Appendf(out, `,{"type":"text","text":"Noted."},{"type":"thinking","thinking":"Now the file.","signature":"sig_bench_later_%d"}`, n)
+		}
+		rest = rest[i+len(text):]
+	}
+	return append(out, rest...)
+}

@@ -48,3 +48,36 @@ func TestBenchFakeMemoryCalls(t *testing.T) {
 		t.Errorf("write mode reused a path: %v", paths)
 	}
 }
+
+// TestThinkingBodyIsAcceptedAsItThinks: row 5t's body turns thinking on and makes every assistant
+// turn think first, every tenth again after a text block; the fake (binding on) takes it.
+func TestThinkingBodyIsAcceptedAsItThinks(t *testing.T) {
+	srv := httptest.NewServer(newBenchFake(0, 10))
+	defer srv.Close()
+	for _, body := range [][]byte{smallBody(2048, false), largeBody(256<<10, 40, false)} {
+		tb := thinkingBody(body)
+		if !gjson.ValidBytes(tb) || gjson.GetBytes(tb, "thinking.type").Str != "enabled" {
+			t.Fatalf("not a thinking request: %.200s", tb)
+		}
+		assistants := gjson.GetBytes(tb, `messages.#(role=="assistant")#.content`).Array()
+		for i, c := range assistants {
+			blocks := c.Array()
+			later := len(blocks) > 2 && blocks[2].Get("type").Str == "thinking"
+			if blocks[0].Get("type").Str != "thinking" || later != (i%10 == 9) {
+				t.Errorf("assistant turn %d: %s", i, c.Raw)
+			}
+		}
+		if len(gjson.GetBytes(body, `messages.#(role=="assistant")#`).Array()) != len(assistants) {
+			t.Errorf("the turns changed")
+		}
+		resp, err := http.DefaultClient.Do(target{url: srv.URL, key: keyMemory}.request(t.Context(), tb))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("the fake refused it: %s %s", resp.Status, b)
+		}
+	}
+}

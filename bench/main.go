@@ -91,7 +91,7 @@ func main() {
 	flag.StringVar(&c.out, "out", "", "also write the markdown to this file")
 	flag.StringVar(&c.pprofDir, "pprof", "", "save CPU and alloc profiles of the proxy processes into this folder")
 	flag.StringVar(&c.rows, "rows", "", "comma-separated row ids to run (default all but the opt-in 4cp and 4cr, which need PostgreSQL and Redis: "+
-		"1,1r,2,2p,3,4,5,4i,4c,N,5i,5p,4c0,4t0,4t,5h0,5w,5h; N needs nginx and is skipped without it)")
+		"1,1r,2,2p,3,4,5,4i,4c,N,5i,5p,5t,4c0,4t0,4t,5h0,5w,5h; N needs nginx and is skipped without it)")
 	flag.StringVar(&c.loads, "loads", "", "comma-separated loads to run (default all: small,large,streams)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work folder (logs, ledgers, policies)")
 	flag.IntVar(&c.repeat, "repeat", 1, "run every load this many times, each run with fresh processes, and report each cell's median (the machine is shared)")
@@ -234,7 +234,10 @@ type rowSpec struct {
 	// rewritten: send the body and headers as row 4's policy rewrites them
 	// (the upstream's own share of row 4's cost).
 	rewritten bool
-	args      []string // more ctxproxy flags
+	// thinking: the load's body with extended thinking on and thinking blocks in its
+	// transcript (thinkingBody).
+	thinking bool
+	args     []string // more ctxproxy flags
 	optIn     bool     // run only when -rows names it (it needs a service)
 }
 
@@ -274,6 +277,11 @@ var allRows = []rowSpec{
 	// is the same with one memory call, 5i large its own time per round.
 	{id: "5p", name: "ctxproxy, memory proxy, the reply a plain answer (no memory call)", kind: "ctxproxy", key: keyMemory,
 		loads: []string{"small", "large"}},
+	// Memory proxy mode with thinking on: row 5p's request with thinking enabled and every
+	// assistant turn of the transcript thinking, every tenth shaped as a memory loop's merged
+	// message (a thinking block after its first): the hidden rounds' lookup (hiddenrounds.go).
+	{id: "5t", name: "ctxproxy as 5p, thinking on (the transcript's hidden rounds looked up)", kind: "ctxproxy", key: keyMemory,
+		loads: []string{"small", "large"}, thinking: true},
 	// Feature cost: each feature configured but not triggered,
 	// then active, beside the row that has it off (4, or 5 for memory).
 	// The conversation lookup: row 4 tracks each clearing conversation's previous call;
@@ -635,6 +643,9 @@ func (r *runner) runCell(row rowSpec, load string) *cell {
 	t := target{url: srv.url(), key: row.key, memory: row.memory, write: row.write}
 	ctx := context.Background()
 	body := r.bodies[load]
+	if row.thinking {
+		body = thinkingBody(body)
+	}
 	if row.rewritten {
 		var err error
 		if body, t.beta, err = r.rewritten(body); err != nil {
@@ -810,6 +821,9 @@ func (r *runner) interleaved(rows []rowSpec, load string) []*cell {
 		l.fake, l.srv = fake, srv
 		l.cl.workers = len(srv.pids()) - 1
 		l.t = target{url: srv.url(), key: row.key, memory: row.memory, write: row.write}
+		if row.thinking {
+			l.body = thinkingBody(l.body)
+		}
 		if row.rewritten {
 			if l.body, l.t.beta, err = r.rewritten(l.body); err != nil {
 				l.cl.err = err

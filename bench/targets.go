@@ -112,6 +112,11 @@ func (r *runner) memoryLargeTargets(b *strings.Builder) {
 		fmt.Fprintf(b, "- %s memory proxy mode, a plain answer, 1 MiB tool transcripts (row 5p): ≥ 0.92× the pooled bare proxy's req/s (%d connections): %.2f× (%.0f vs %.0f)\n",
 			check(w >= 0.92), r.c.largeConc, w, cl.rps, bare.rps)
 	}
+	if cl, off := r.find("5t", "large"), r.find("5p", "large"); cl != nil && off != nil && off.cpuPer() > 0 && off.rps > 0 {
+		fmt.Fprintf(b, "- (shown) memory proxy mode with thinking on, 1 MiB tool transcripts (row 5t, the hidden rounds looked up) against row 5p: "+
+			"CPU/req %s vs %s (%.2f×), req/s %.0f vs %.0f (%.2f×)\n",
+			fmtDur(cl.cpuPer()), fmtDur(off.cpuPer()), float64(cl.cpuPer())/float64(off.cpuPer()), cl.rps, off.rps, cl.rps/off.rps)
+	}
 	large, small := r.find("5i", "large"), r.find("5i", "small")
 	if large != nil && small != nil && large.ownErr == nil && small.ownErr == nil && large.ownOne.n > 0 && small.ownOne.p50 > 0 {
 		v := float64(large.ownOne.p50) / float64(small.ownOne.p50)
@@ -221,6 +226,7 @@ func (r *runner) featureCost(b *strings.Builder) {
 		{"a write round instead of a view round (history off)", "5w", "5h0"},
 		{"request log at --log-level=info", "4i", "4"},
 		{"request log at --log-level=info, memory proxy", "5i", "5"},
+		{"thinking on in memory proxy mode (the hidden rounds' lookup), a plain answer", "5t", "5p"},
 	}
 	var lines []string
 	for _, p := range pairs {
