@@ -65,7 +65,7 @@ func (h *harness) send(method, path, body string, hdr ...string) (*http.Response
 func TestATenantsOwnKeyReplacesTheClientsOnEveryRoute(t *testing.T) {
 	h := newHarnessWith(t, nil, vaultPolicies(t))
 	for _, rt := range forwardedRoutes {
-		for _, auth := range [][]string{{"X-Api-Key", keyVaultClient}, {"Authorization", "Bearer " + keyVaultClient}} {
+		for _, auth := range [][]string{{"X-Api-Key", keyVaultClient}, {"Authorization", "Bearer " + keyVaultClient}, {"X-Admin-Token", keyVaultClient}} {
 			t.Run(rt.name+" with "+auth[0], func(t *testing.T) {
 				resp, body := h.send(rt.method, rt.path, rt.body, auth...)
 				if resp.StatusCode != 200 {

@@ -79,11 +79,14 @@ func CredentialOf(h http.Header) Credential {
 // Empty reports whether c authenticates nothing.
 func (c Credential) Empty() bool { return c.APIKey == "" && c.Authorization == "" }
 
-// SetCredential makes c the only credential h carries: every credential header h had goes,
-// and c's are written. It is the one writer of an upstream call's credential.
+// SetCredential makes c the only credential h carries: every credential header h had goes
+// (X-Admin-Token too: apikey.From takes a client's key from it, and a key ctxproxy swapped out
+// must not reach the upstream under another name), and c's are written. It is the one writer
+// of an upstream call's credential.
 func SetCredential(h http.Header, c Credential) {
 	h.Del("X-Api-Key")
 	h.Del("Authorization")
+	h.Del("X-Admin-Token")
 	if c.APIKey != "" {
 		h.Set("X-Api-Key", c.APIKey)
 	}

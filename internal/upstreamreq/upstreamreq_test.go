@@ -122,6 +122,7 @@ func TestSetCredential(t *testing.T) {
 		{"a credential read from a header is written as it was", http.Header{"X-Api-Key": {"old"}},
 			CredentialOf(http.Header{"X-Api-Key": {"k"}, "Authorization": {"Bearer t"}}), "k", "Bearer t"},
 		{"a bearer token alone leaves no key", http.Header{"X-Api-Key": {"old"}}, Credential{Authorization: "Bearer t"}, "", "Bearer t"},
+		{"a client's key sent as x-admin-token does not go with the tenant's", http.Header{"X-Admin-Token": {"sk-ctx-client"}}, Key("sk-ant-tenant"), "sk-ant-tenant", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -131,6 +132,9 @@ func TestSetCredential(t *testing.T) {
 			}
 			if got := tt.h.Values("Authorization"); len(got) > 1 || tt.h.Get("Authorization") != tt.aut {
 				t.Errorf("Authorization = %q, want %q", got, tt.aut)
+			}
+			if got := tt.h.Get("X-Admin-Token"); got != "" {
+				t.Errorf("X-Admin-Token %q went with the credential", got)
 			}
 		})
 	}
