@@ -264,6 +264,9 @@ func (c *Cache) refresh(ctx context.Context, all bool) error {
 			}
 			for _, name := range j.tenants {
 				next.tenants[name] = withUsage(t, now, old.tenants[name])
+				if all {
+					c.refusals.Forget(name) // learned again, if the API still refuses
+				}
 			}
 			continue
 		}

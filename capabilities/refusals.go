@@ -1,6 +1,7 @@
 package capabilities
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -21,14 +22,18 @@ type Refusal struct {
 // Refusals is what the API itself taught ctxproxy beyond its models endpoint: combinations the
 // endpoint does not settle (whether clear_thinking_20251015 is taken with thinking type
 // between_tools is unverified, the December 2026 API reference's between_tools section) that
-// the upstream refused. Kept in memory, bounded, until the process ends. The zero Refusals is
-// empty and ready; Has costs one atomic load while it is empty.
+// the upstream refused. Kept in memory, bounded, until the tenant's models are read again on
+// the next tick (Cache.Refresh): the API may come to take what it refused, and relearning costs
+// one refused call a tick. The zero Refusals is empty and ready; Has costs one atomic load while
+// it is empty.
 type Refusals struct {
 	n    atomic.Int32 // entries in set, read without the lock
 	mu   sync.RWMutex
 	set  map[Refusal]struct{}
 	ring []Refusal // in the order learned: the oldest is forgotten first
 	next int       // ring's oldest entry once it is full
+	// logged is what was logged, so relearning after a read logs nothing new; bounded as set.
+	logged map[Refusal]struct{}
 }
 
 // Add records f; it reports whether f is new.
@@ -53,6 +58,39 @@ func (r *Refusals) Add(f Refusal) bool {
 	return true
 }
 
+// Forget drops what was learned for tenant, keeping the others' order.
+func (r *Refusals) Forget(tenant string) {
+	if r.n.Load() == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	kept := make([]Refusal, 0, len(r.ring))
+	for _, f := range slices.Concat(r.ring[r.next:], r.ring[:r.next]) {
+		if f.Tenant == tenant {
+			delete(r.set, f)
+			continue
+		}
+		kept = append(kept, f)
+	}
+	r.ring, r.next = kept, 0
+	r.n.Store(int32(len(r.set)))
+}
+
+// firstLog reports whether f has not been logged yet, and marks it logged.
+func (r *Refusals) firstLog(f Refusal) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.logged[f]; ok {
+		return false
+	}
+	if r.logged == nil || len(r.logged) >= maxRefusals {
+		r.logged = make(map[Refusal]struct{})
+	}
+	r.logged[f] = struct{}{}
+	return true
+}
+
 // Has reports whether f was learned (and not forgotten since).
 func (r *Refusals) Has(f Refusal) bool {
 	if r.n.Load() == 0 {
@@ -72,7 +110,8 @@ func (c *Cache) Refuse(tenant, model, thinking, edit string) {
 	if c == nil {
 		return
 	}
-	if c.refusals.Add(Refusal{Tenant: tenant, Model: model, Thinking: thinking, Edit: edit}) {
+	f := Refusal{Tenant: tenant, Model: model, Thinking: thinking, Edit: edit}
+	if c.refusals.Add(f) && c.refusals.firstLog(f) {
 		c.o.Log.Warn("model capabilities: the API refused an edit ctxproxy added; it is no longer written for this model and thinking type",
 			zap.String("tenant", tenant), zap.String("model", model),
 			zap.String("thinking", thinking), zap.String("edit", edit))
