@@ -288,6 +288,24 @@ func TestPGRollups(t *testing.T) {
 		}
 		checkReportsEqualScan(t, l)
 	})
+	t.Run("a fold leaves a newer build's pending rows, of sums it does not keep, for that build", func(t *testing.T) {
+		db := pgtest.New(t, "tokens_test")
+		l, err := OpenPGLedger(ctx, db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		foldEvery(l, 1)
+		newer := []byte{pendingFormat, byte(len(rollupSums) + 1), 0}
+		db.Exec(t, `INSERT INTO `+db.Schema+`.ctxproxy_ledger_rollup_pending (batch) VALUES ($1)`, newer)
+		calls := randomCalls(rand.New(rand.NewPCG(11, 11)), 10, rollupStart, 24)
+		if _, err := l.AppendBatch(ctx, calls); err != nil {
+			t.Fatalf("a fold failed on a newer build's row: %v", err)
+		}
+		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger_rollup_pending`); n != 1 {
+			t.Fatalf("%d pending rows, want the newer build's one left", n)
+		}
+	})
 	t.Run("processes folding at once sum every batch once", func(t *testing.T) {
 		db := pgtest.New(t, "tokens_test")
 		calls := randomCalls(rand.New(rand.NewPCG(8, 8)), 600, rollupStart, 24*3)
