@@ -18,8 +18,9 @@ import (
 // column of ctxproxy_ledger_rollup and a field of the file ledger's rollup. Adding a summed
 // field to Totals is a line here (last: pending rollup rows are encoded in this order) and a
 // PGSchema version that adds its column, with its backfill from ctxproxy_ledger; the pending
-// rows of older builds lack the new sum, so the backfill sums it for every line and inserts
-// the rollup rows it finds missing. The file ledger rebuilds a rollup whose sums differ.
+// rows of older builds lack the new sum, so the backfill sums it over every line, pending or
+// not, into existing rollup rows, and inserts the rows still missing with that sum alone (the
+// rest of theirs is pending). The file ledger rebuilds a rollup whose sums differ.
 var rollupSums = [...]struct {
 	col string
 	of  func(*Totals) *int64
