@@ -156,7 +156,8 @@ type Ledger interface {
 type BatchLedger interface {
 	Ledger
 	// AppendBatch stores cs in order and returns how many of them, from the first, were
-	// stored; it is len(cs) when err is nil.
+	// stored; it is len(cs) when err is nil. An error with len(cs) stored is the ledger's
+	// upkeep failing beside them (the PostgreSQL ledger's rollup fold): nothing was lost.
 	AppendBatch(ctx context.Context, cs []Call) (int, error)
 }
 

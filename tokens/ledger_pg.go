@@ -293,20 +293,64 @@ const (
 
 // AppendBatch inserts cs in one multi-row INSERT with their sums (one pending rollup row),
 // in one round trip and one statement; a batch that folds (foldDue) also takes the pending
-// rows into the rollup tables, in its transaction. All of them or none, never a line
-// without its sums.
+// rows into the rollup tables, in its transaction. Never a line without its sums. A fold that
+// fails does not cost the batch its lines: they go in as a batch that does not fold (their
+// sums pending for the next fold), and the fold's error comes back with every line stored.
 func (l *PGLedger) AppendBatch(ctx context.Context, cs []Call) (int, error) {
 	if len(cs) == 0 {
 		return 0, nil
 	}
-	var sql strings.Builder
-	args := make([]any, 0, len(cs)*pgNumColumns+1)
+	if !l.foldDue(len(cs)) {
+		if err := l.appendPending(ctx, cs); err != nil {
+			return 0, fmt.Errorf("ledger append: %w", err)
+		}
+		return len(cs), nil
+	}
+	sql, args := pgLinesInsert(cs, nil)
+	var b pgx.Batch
+	b.Queue(sql, args...)
 	sums := make(pendingSums, len(cs))
 	for i := range cs {
 		sums.add(&cs[i])
 	}
-	fold := l.foldDue(len(cs))
-	if !fold && len(sums) > 0 {
+	err := l.appendFolding(ctx, &b, sums)
+	l.folded()
+	var commit commitError
+	switch {
+	case err == nil:
+		return len(cs), nil
+	case errors.As(err, &commit):
+		// Whether the transaction committed is unknown: writing the lines again could
+		// count them twice.
+		return 0, fmt.Errorf("ledger append: %w", err)
+	}
+	if perr := l.appendPending(ctx, cs); perr != nil {
+		return 0, fmt.Errorf("ledger append: %w", errors.Join(err, perr))
+	}
+	return len(cs), fmt.Errorf("ledger append: lines stored, their rollup sums left pending for the next fold: %w", err)
+}
+
+// appendPending inserts cs with their sums as one pending rollup row, in one statement.
+func (l *PGLedger) appendPending(ctx context.Context, cs []Call) error {
+	sums := make(pendingSums, len(cs))
+	for i := range cs {
+		sums.add(&cs[i])
+	}
+	var pending []byte
+	if len(sums) > 0 {
+		pending = appendPending(nil, sums)
+	}
+	sql, args := pgLinesInsert(cs, pending)
+	_, err := l.pool.Exec(ctx, sql, args...)
+	return err
+}
+
+// pgLinesInsert is the multi-row INSERT of cs and its arguments; with pending (an encoded
+// pendingSums), the same statement inserts it as a pending rollup row.
+func pgLinesInsert(cs []Call, pending []byte) (string, []any) {
+	var sql strings.Builder
+	args := make([]any, 0, len(cs)*pgNumColumns+1)
+	if pending != nil {
 		sql.WriteString(pgPendingInsert(len(cs)*pgNumColumns + 1))
 	}
 	sql.WriteString(pgColumns)
@@ -317,23 +361,10 @@ func (l *PGLedger) AppendBatch(ctx context.Context, cs []Call) (int, error) {
 		sql.WriteString(pgValuesRow(len(args)))
 		args = appendPGArgs(args, &cs[i])
 	}
-	if !fold {
-		if len(sums) > 0 {
-			args = append(args, appendPending(nil, sums))
-		}
-		if _, err := l.pool.Exec(ctx, sql.String(), args...); err != nil {
-			return 0, fmt.Errorf("ledger append: %w", err)
-		}
-		return len(cs), nil
+	if pending != nil {
+		args = append(args, pending)
 	}
-	var b pgx.Batch
-	b.Queue(sql.String(), args...)
-	err := l.appendFolding(ctx, &b, sums)
-	l.folded(err == nil)
-	if err != nil {
-		return 0, fmt.Errorf("ledger append: %w", err)
-	}
-	return len(cs), nil
+	return sql.String(), args
 }
 
 // pgValuesRow is the VALUES row of one line whose first argument is $n+1.

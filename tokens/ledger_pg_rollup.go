@@ -215,14 +215,13 @@ func (l *PGLedger) foldDue(n int) bool {
 	return true
 }
 
-// folded ends a fold taken by foldDue.
-func (l *PGLedger) folded(ok bool) {
+// folded ends a fold taken by foldDue. A failed one is tried again at the next interval, not
+// by every batch meanwhile (each would pay for the failure and then write its lines pending).
+func (l *PGLedger) folded() {
 	l.fold.Lock()
 	defer l.fold.Unlock()
 	l.fold.running = false
-	if ok {
-		l.fold.lines, l.fold.last = 0, time.Now()
-	}
+	l.fold.lines, l.fold.last = 0, time.Now()
 }
 
 // appendFolding writes cs and folds the pending rows, with cs's sums, into the rollup
@@ -254,8 +253,17 @@ func (l *PGLedger) appendFolding(ctx context.Context, lines *pgx.Batch, sums pen
 	if err := tx.SendBatch(ctx, lines).Close(); err != nil {
 		return err
 	}
-	return tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return commitError{err}
+	}
+	return nil
 }
+
+// commitError is a failed COMMIT: whether the transaction took effect is unknown.
+type commitError struct{ err error }
+
+func (e commitError) Error() string { return "commit: " + e.err.Error() }
+func (e commitError) Unwrap() error { return e.err }
 
 // pgRollupUpserts are the statements pgRollupUpsert makes, by table.
 var pgRollupUpserts = func() map[string]string {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 )
 
@@ -716,5 +718,48 @@ func BenchmarkAppendCall(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		buf = AppendCall(buf[:0], &c)
+	}
+}
+
+// upkeepFailing is a BatchLedger that stores every line and reports its upkeep failing (as the
+// PostgreSQL ledger does when its rollup fold fails), or fails the lines from the third on.
+type upkeepFailing struct {
+	discardLedger
+	cutAt int // 0: every line stored
+}
+
+func (u *upkeepFailing) AppendBatch(_ context.Context, cs []Call) (int, error) {
+	if u.cutAt > 0 && u.cutAt < len(cs) {
+		return u.cutAt, errors.New("connection lost")
+	}
+	return len(cs), errors.New("fold pending rollups: deadlock detected")
+}
+
+func TestRecorderCountsOnlyTheLinesALedgerDidNotStore(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		cutAt  int
+		failed int64
+		level  zapcore.Level
+	}{
+		{"a ledger that stored every line but failed its upkeep: no line failed, a warning", 0, 0, zapcore.WarnLevel},
+		{"a ledger that stored two of five: three failed, each an error", 2, 3, zapcore.ErrorLevel},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			core, logs := observer.New(zapcore.InfoLevel)
+			r := NewRecorder(nil, nil, &upkeepFailing{cutAt: tt.cutAt}, zap.New(core), WithFlushDelay(time.Hour))
+			for i := range 5 {
+				r.Record(context.Background(), Call{RequestID: fmt.Sprintf("req_%d", i)})
+			}
+			if err := r.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if r.Failed() != tt.failed {
+				t.Errorf("%d failed, want %d", r.Failed(), tt.failed)
+			}
+			if logs.FilterLevelExact(tt.level).Len() == 0 {
+				t.Errorf("no %v line: %v", tt.level, logs.All())
+			}
+		})
 	}
 }

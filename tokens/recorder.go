@@ -230,8 +230,12 @@ func (r *Recorder) store(batch []Call) {
 		ctx, cancel := context.WithTimeout(context.Background(), r.AppendTimeout)
 		n, err := bl.AppendBatch(ctx, batch)
 		cancel()
-		if err != nil {
-			for i := min(max(n, 0), len(batch)); i < len(batch); i++ {
+		switch {
+		case err != nil && n >= len(batch):
+			// Every line stored; the ledger's own upkeep failed (its rollup fold, retried later).
+			r.Log.Warn("ledger write: lines stored, but", zap.Error(err), zap.Int("lines", n))
+		case err != nil:
+			for i := max(n, 0); i < len(batch); i++ {
 				r.failedOne(&batch[i], err)
 			}
 		}

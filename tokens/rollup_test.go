@@ -178,7 +178,7 @@ func TestPGRollups(t *testing.T) {
 			})
 		})
 	}
-	t.Run("a batch whose rollup fails is not written either", func(t *testing.T) {
+	t.Run("a batch whose fold fails keeps its lines, their sums pending", func(t *testing.T) {
 		db := pgtest.New(t, "tokens_test")
 		l, err := OpenPGLedger(ctx, db.URL)
 		if err != nil {
@@ -193,18 +193,19 @@ func TestPGRollups(t *testing.T) {
 		}
 		bad := append([]Call(nil), calls[20:30]...)
 		bad[7].Tenant = "doomed"
-		if n, err := l.AppendBatch(ctx, bad); err == nil || n != 0 {
-			t.Fatalf("AppendBatch = %d, %v; want the rollup's failure", n, err)
+		if n, err := l.AppendBatch(ctx, bad); err == nil || n != len(bad) {
+			t.Fatalf("AppendBatch = %d, %v; want every line stored and the fold's failure", n, err)
 		}
-		if _, err := l.AppendBatch(ctx, calls[30:]); err != nil {
-			t.Fatal(err)
+		// Every later fold takes the doomed sums and fails; the lines are kept all the same.
+		if n, err := l.AppendBatch(ctx, calls[30:]); n != 20 || err == nil {
+			t.Fatalf("AppendBatch = %d, %v; want every line stored and the fold's failure", n, err)
 		}
-		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger`); n != 40 {
-			t.Fatalf("%d lines, want the 40 of the batches that were written", n)
+		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger`); n != 50 {
+			t.Fatalf("%d lines, want all 50", n)
 		}
 		checkReportsEqualScan(t, l)
 	})
-	t.Run("a fold that fails writes neither its batch nor its fold, and loses no pending sums", func(t *testing.T) {
+	t.Run("a fold that fails leaves its batch's sums pending with the others, and loses none", func(t *testing.T) {
 		db := pgtest.New(t, "tokens_test")
 		l, err := OpenPGLedger(ctx, db.URL)
 		if err != nil {
@@ -219,14 +220,14 @@ func TestPGRollups(t *testing.T) {
 			t.Fatal(err)
 		}
 		foldEvery(l, 1)
-		if n, err := l.AppendBatch(ctx, calls[20:40]); err == nil || n != 0 {
-			t.Fatalf("AppendBatch = %d, %v; want the fold's failure", n, err)
+		if n, err := l.AppendBatch(ctx, calls[20:40]); err == nil || n != 20 {
+			t.Fatalf("AppendBatch = %d, %v; want every line stored and the fold's failure", n, err)
 		}
-		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger`); n != 20 {
-			t.Fatalf("%d lines, want the 20 of the first batch", n)
+		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger`); n != 40 {
+			t.Fatalf("%d lines, want the 40 of both batches", n)
 		}
-		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger_rollup_pending`); n != 1 {
-			t.Fatalf("%d pending rows, want the first batch's", n)
+		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger_rollup_pending`); n != 2 {
+			t.Fatalf("%d pending rows, want both batches'", n)
 		}
 		checkReportsEqualScan(t, l)
 		db.Exec(t, `ALTER TABLE `+db.Schema+`.ctxproxy_ledger_rollup_day DROP CONSTRAINT doomed`)
