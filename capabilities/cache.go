@@ -67,6 +67,11 @@ type Cache struct {
 	// refusals are the edits the upstream refused when ctxproxy added them (refusals.go); a
 	// refresh keeps them: the models endpoint does not say what they say.
 	refusals Refusals
+	// seeded is when each tenant last used each model (tenant → model as
+	// the ledger names it → unix seconds), as SeedUsage was told: merged
+	// into every read of the tenant's models, so a model not listed yet,
+	// or a tenant not read yet, still has it when read. Guarded by mu.
+	seeded map[string]map[string]int64
 }
 
 // snapshot is every tenant's models, immutable once stored.
@@ -247,6 +252,7 @@ func (c *Cache) refresh(ctx context.Context, all bool) error {
 	}
 	wg.Wait()
 
+	c.pruneSeeds(now)
 	next := &snapshot{tenants: make(map[string]*tenantModels, len(old.tenants)+len(jobs))}
 	for name, tm := range old.tenants {
 		if keep[name] {
@@ -263,7 +269,7 @@ func (c *Cache) refresh(ctx context.Context, all bool) error {
 				}
 			}
 			for _, name := range j.tenants {
-				next.tenants[name] = withUsage(t, now, old.tenants[name])
+				next.tenants[name] = withUsage(t, now, old.tenants[name], c.seeded[name])
 				if all {
 					c.refusals.Forget(name) // learned again, if the API still refuses
 				}

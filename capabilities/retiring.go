@@ -35,14 +35,26 @@ func (c *Cache) Used(tenant, model string, at time.Time) {
 	}
 	if i, ok := tm.t.lookup(model); ok {
 		if s := at.Unix(); tm.used[i].Load() < s {
-			tm.used[i].Store(s)
+			tm.storeNewer(i, s)
+		}
+	}
+}
+
+// storeNewer records s as when model i was last used, unless a later time
+// is recorded.
+func (tm *tenantModels) storeNewer(i int, s int64) {
+	for {
+		old := tm.used[i].Load()
+		if old >= s || tm.used[i].CompareAndSwap(old, s) {
+			return
 		}
 	}
 }
 
 // withUsage is the tenant's models of table t read at now, with the usage
-// the tenant's previous models recorded.
-func withUsage(t *table, now time.Time, prev *tenantModels) *tenantModels {
+// the tenant's previous models recorded and the usage seeded for it
+// (model → unix seconds; SeedUsage), the later of the two.
+func withUsage(t *table, now time.Time, prev *tenantModels, seeded map[string]int64) *tenantModels {
 	tm := &tenantModels{t: t, read: now, used: make([]atomic.Int64, len(t.list))}
 	if prev != nil {
 		for i := range prev.t.list {
@@ -53,7 +65,78 @@ func withUsage(t *table, now time.Time, prev *tenantModels) *tenantModels {
 			}
 		}
 	}
+	for model, s := range seeded {
+		if i, ok := t.lookup(model); ok {
+			tm.storeNewer(i, s)
+		}
+	}
 	return tm
+}
+
+// Use is a tenant's use of a model at a time, as a record of past calls
+// (the ledger) tells it.
+type Use struct {
+	Tenant, Model string
+	At            time.Time
+}
+
+// SeedUsage merges uses into when each tenant last used each model, keeping
+// the later of a use and what the cache recorded: so a restarted proxy still
+// counts the calls before its start towards UsageWindow. A model the
+// tenant's last read does not list, or a tenant not read yet, gets it when
+// read. Uses older than UsageWindow are dropped. If some tenant's models are
+// known, OnRetiring is called again with the result. Call it at start, not
+// on a request's path (it waits for a refresh in progress).
+func (c *Cache) SeedUsage(uses []Use) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.o.Now()
+	since := now.Add(-UsageWindow).Unix()
+	if c.seeded == nil {
+		c.seeded = map[string]map[string]int64{}
+	}
+	s := c.snap.Load()
+	for _, u := range uses {
+		at := u.At.Unix()
+		if at < since || u.Tenant == "" || u.Model == "" {
+			continue
+		}
+		m := c.seeded[u.Tenant]
+		if m == nil {
+			m = map[string]int64{}
+			c.seeded[u.Tenant] = m
+		}
+		if m[u.Model] < at {
+			m[u.Model] = at
+		}
+		if tm := s.tenants[u.Tenant]; tm != nil {
+			if i, ok := tm.t.lookup(u.Model); ok {
+				tm.storeNewer(i, at)
+			}
+		}
+	}
+	if len(s.tenants) > 0 && c.o.OnRetiring != nil {
+		c.o.OnRetiring(c.retiring(s, c.o.Tenants(), now))
+	}
+}
+
+// pruneSeeds drops the seeded uses that are out of the window at now.
+// Called with mu held.
+func (c *Cache) pruneSeeds(now time.Time) {
+	since := now.Add(-UsageWindow).Unix()
+	for tenant, m := range c.seeded {
+		for model, at := range m {
+			if at < since {
+				delete(m, model)
+			}
+		}
+		if len(m) == 0 {
+			delete(c.seeded, tenant)
+		}
+	}
 }
 
 // Retiring is the tenant's retiring models as of its last read, most urgent

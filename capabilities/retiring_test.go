@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
 )
 
 func TestRetiringModelsAreThoseUsedInTheLastWeekOrNamedByThePolicy(t *testing.T) {
@@ -75,4 +77,81 @@ func TestUsedDoesNotAllocate(t *testing.T) {
 	}); n != 0 {
 		t.Errorf("%v allocations", n)
 	}
+}
+
+func TestSeededUsageMergesWithWhatTheCacheRecorded(t *testing.T) {
+	fake, u := startFake(t)
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	var seen [][]Retiring
+	c := New(Options{Upstream: u, Now: func() time.Time { return now },
+		Tenants:    tenants(Tenant{Name: "acme", Key: "k"}, Tenant{Name: "other", Key: "k"}),
+		OnRetiring: func(r []Retiring) { seen = append(seen, r) }})
+	lastUsed := func(t *testing.T, model string) time.Time {
+		t.Helper()
+		for _, r := range c.Retiring("acme") {
+			if r.Model == model {
+				return r.LastUsed
+			}
+		}
+		return time.Time{}
+	}
+
+	// Seeded before the first read, as at a start: the tenant is not read yet.
+	c.SeedUsage([]Use{
+		{Tenant: "acme", Model: "claude-opus-4-5", At: now.Add(-48 * time.Hour)},              // deprecated, by its alias
+		{Tenant: "acme", Model: "claude-opus-4-1-20250805", At: now.Add(-8 * 24 * time.Hour)}, // retired, out of the window
+		{Tenant: "acme", Model: "claude-opus-4-9", At: now.Add(-24 * time.Hour)},              // not listed yet
+		{Tenant: "gone", Model: "claude-opus-4-5", At: now},                                   // a tenant that is not read
+	})
+	if len(seen) != 0 {
+		t.Errorf("OnRetiring before any read: %v", seen)
+	}
+	if err := c.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("a seed before the tenant's first read counts at the read", func(t *testing.T) {
+		rs := seen[len(seen)-1]
+		if len(rs) != 1 || rs[0].Tenant != "acme" || rs[0].Model != "claude-opus-4-5-20251101" || !rs[0].LastUsed.Equal(now.Add(-48*time.Hour)) {
+			t.Errorf("OnRetiring: %+v", rs)
+		}
+	})
+	t.Run("the later of the seeded and the recorded time is kept", func(t *testing.T) {
+		c.Used("acme", "claude-opus-4-5", now.Add(-time.Hour))
+		c.SeedUsage([]Use{{Tenant: "acme", Model: "claude-opus-4-5-20251101", At: now.Add(-3 * time.Hour)}})
+		if got := lastUsed(t, "claude-opus-4-5-20251101"); !got.Equal(now.Add(-time.Hour)) {
+			t.Errorf("an older seed: last used %v", got)
+		}
+		c.SeedUsage([]Use{{Tenant: "acme", Model: "claude-opus-4-5", At: now.Add(-time.Minute)}})
+		if got := lastUsed(t, "claude-opus-4-5-20251101"); !got.Equal(now.Add(-time.Minute)) {
+			t.Errorf("a newer seed: last used %v", got)
+		}
+		if rs := seen[len(seen)-1]; len(rs) != 1 || !rs[0].LastUsed.Equal(now.Add(-time.Minute)) {
+			t.Errorf("a seed after a read tells OnRetiring: %+v", rs)
+		}
+	})
+	t.Run("a seeded model the list lacks counts once it is listed", func(t *testing.T) {
+		models := fakeapi.DefaultModels()
+		m := models[0]
+		m.ID, m.Aliases, m.Lifecycle, m.DeprecatedAt, m.RetiresAt = "claude-opus-4-9-20261201", []string{"claude-opus-4-9"}, fakeapi.LifecycleDeprecated, "2026-12-01T00:00:00Z", "2027-03-01T00:00:00Z"
+		fake.SetModels(append(models, m))
+		now = now.Add(10 * time.Minute)
+		if err := c.Refresh(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := lastUsed(t, "claude-opus-4-9-20261201"); !got.Equal(now.Add(-10*time.Minute - 24*time.Hour)) {
+			t.Errorf("last used %v; retiring %+v", got, c.Retiring("acme"))
+		}
+		if got := c.Retiring("other"); got != nil {
+			t.Errorf("another tenant: %+v", got)
+		}
+	})
+	t.Run("a seed leaves the window as a recorded use does", func(t *testing.T) {
+		now = now.Add(7 * 24 * time.Hour)
+		if err := c.Refresh(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Retiring("acme"); got != nil {
+			t.Errorf("a week later: %+v", got)
+		}
+	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/capabilities"
 	"github.com/ctxproxy/ctxproxy/policy"
+	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
 // startReadTimeout bounds the read of the models at start: past it the
@@ -78,6 +79,31 @@ func (w *retiringWatch) update(rs []capabilities.Retiring) {
 		}
 	}
 	w.held = next
+}
+
+// seedModelUsage tells models when each tenant last used each model in the
+// last capabilities.UsageWindow, from the ledger (which outlives a restart,
+// the cache's memory does not), so a deploy does not silence the warning
+// for a retiring model a tenant used yesterday. Called at start, before the
+// first read; a ledger that cannot be read is logged and the proxy serves,
+// counting the calls from its start.
+func seedModelUsage(ctx context.Context, ledger tokens.Ledger, models *capabilities.Cache, lifecycle *zap.Logger) {
+	l, ok := ledger.(tokens.ModelUseLedger)
+	if !ok {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, startReadTimeout)
+	defer cancel()
+	uses, err := l.LastUsed(rctx, time.Now().Add(-capabilities.UsageWindow))
+	if err != nil {
+		lifecycle.Warn("model retiring: cannot read from the ledger which models the tenants used before this start; only the calls from now on count", zap.Error(err))
+		return
+	}
+	seeds := make([]capabilities.Use, len(uses))
+	for i, u := range uses {
+		seeds[i] = capabilities.Use{Tenant: u.Tenant, Model: u.Model, At: u.Hour}
+	}
+	models.SeedUsage(seeds)
 }
 
 // startModels reads the tenants' models once before the proxy serves, then

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -9,9 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/binaries"
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
+	"github.com/ctxproxy/ctxproxy/internal/pgtest"
 	"github.com/ctxproxy/ctxproxy/internal/testwait"
 	"github.com/ctxproxy/ctxproxy/stack"
+	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
 // Through the binary against the fake's model table: a model the tenant's requests used, or that
@@ -129,4 +134,77 @@ func TestBinaryWarnsOfTheModelsATenantUsesThatRetire(t *testing.T) {
 			t.Errorf("gauges:\n%s", got)
 		}
 	})
+}
+
+// A restart does not forget which models the tenant used: the proxy reads the last seven days'
+// calls from its ledger at start, so a deprecated model the tenant used before a deploy is still
+// reported (from the first read, with no request since), and a retired one last used eight days
+// ago is not.
+func TestBinaryRemembersAcrossARestartTheRetiringModelsATenantUsed(t *testing.T) {
+	for _, store := range []struct {
+		name string
+		spec func(t *testing.T) string
+	}{
+		{"file ledger", func(t *testing.T) string { return "file:" + filepath.Join(t.TempDir(), "l.jsonl") }},
+		{"postgres ledger", func(t *testing.T) string { return pgtest.New(t, "retiring_seed").URL }},
+	} {
+		t.Run(store.name, func(t *testing.T) {
+			ledger := store.spec(t)
+			l, err := tokens.OpenLedger(context.Background(), ledger)
+			if err != nil {
+				t.Fatal(err)
+			}
+			old := tokens.Call{Time: time.Now().Add(-8 * 24 * time.Hour), Tenant: "vault", Model: "claude-opus-4-1-20250805", Status: 200}
+			if err := errors.Join(l.Append(context.Background(), old), l.Close()); err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(fakeapi.New())
+			defer srv.Close()
+			pols, _, err := stack.Layout(t.TempDir(), map[string]string{
+				"default.yaml": "tenant: default\nmemory:\n  mode: off\n",
+				"vault.yaml":   stack.TenantPolicy("vault", binKey, "memory:\n  mode: off\nupstream:\n  api_key_env: CTXPROXY_E2E_VAULT_KEY\n"),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"--upstream", srv.URL, "--policies", pols, "--memory-dir", t.TempDir(),
+				"--ledger", ledger, "--debug-addr", "127.0.0.1:0"}
+			gauges := func(t *testing.T, p *binaries.Process) string {
+				t.Helper()
+				resp, err := http.Get("http://" + p.Addrs["debug listening"] + "/metrics")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				var out []string
+				for _, l := range strings.Split(string(b), "\n") {
+					if strings.HasPrefix(l, "ctxproxy_model_retiring{") {
+						out = append(out, l)
+					}
+				}
+				return strings.Join(out, "\n")
+			}
+			const used = `ctxproxy_model_retiring{model="claude-opus-4-5-20251101",retires_at="2027-01-22T00:00:00Z",tenant="vault"} 1`
+
+			first := startVaultProxy(t, args...)
+			if got := gauges(t, first); got != "" {
+				t.Errorf("a model used eight days ago is reported: %s", got)
+			}
+			if resp, body := sendAs(t, first.Addr, binKey, "/v1/messages", `{"model":"claude-opus-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`); resp.StatusCode != 200 {
+				t.Fatalf("%d %s", resp.StatusCode, body)
+			}
+			if code := first.Stop(); code != 0 {
+				t.Fatalf("exit %d\n%s", code, first.Log())
+			}
+
+			second := startVaultProxy(t, args...)
+			if got := gauges(t, second); got != used {
+				t.Errorf("after the restart, gauges:\n%s\nwant\n%s\nlog:\n%s", got, used, second.Log())
+			}
+			if log := second.Log(); !strings.Contains(log, `"msg":"model retiring`) || !strings.Contains(log, `"model":"claude-opus-4-5-20251101"`) {
+				t.Errorf("no log line for the model after the restart:\n%s", log)
+			}
+		})
+	}
 }
