@@ -8,12 +8,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ctxproxy/ctxproxy/cachetrack"
+	"github.com/ctxproxy/ctxproxy/shadow"
 	"github.com/ctxproxy/ctxproxy/tokens"
 	"github.com/ctxproxy/ctxproxy/tracing"
 )
 
 // accounting is what serving one client request cost upstream. Each field
-// has one writer: calls callUpstream, upDur and replied waited, roundDur sending,
+// has one writer: calls callUpstream, upDur and replied waited, roundDur sending (upstream.go),
 // memCmds memoryCommand (memory.go), refusedEdits resendWithout, the rest record.
 type accounting struct {
 	calls   int           // upstream calls (a call's retries count once)
@@ -46,14 +47,6 @@ func (a *accounting) waited(t0 time.Time) {
 	a.upDur += a.replied.Sub(t0)
 }
 
-// sending notes a call begun at t0: after a reply of the same request (a memory round's next
-// call), the time since that reply is the round's own.
-func (a *accounting) sending(t0 time.Time) {
-	if !a.replied.IsZero() {
-		a.roundDur += t0.Sub(a.replied)
-	}
-}
-
 // record accounts one upstream call's usage and applied edits; meta is what
 // the reply said of itself (for the call's span). The ledger gets what the
 // call was billed for: every usage.iterations entry (the top-level usage
@@ -81,6 +74,22 @@ func (x *exchange) record(resp *http.Response, r tokens.Reply, meta replyMeta) {
 	}
 	x.endCallSpan(&c, meta)
 	x.shadowCall(&c) // last: the lab gets the line as the ledger priced it, and accounting is done
+}
+
+// shadowCall hands the lab the request's first upstream call, c as its ledger line priced it.
+// Later calls (the memory loop's next rounds) are not measured. The lab's hook at the end of a
+// call's accounting (shadow.go opens the sample), it lives here, by the one call that makes it.
+func (x *exchange) shadowCall(c *tokens.Call) {
+	r := x.shadow.req
+	if r == nil {
+		return
+	}
+	x.shadow.req = nil
+	if c.Status != 200 || x.req.info.Threaded {
+		return
+	}
+	r.Header = x.req.header.Clone()
+	x.s.cfg.Lab.Measure(r, shadow.Shadowed{Call: *c, Conversation: c.Conversation, PrevCached: x.conv.prevCached})
 }
 
 // attributeCache fills c's cache fields from the conversation's previous call, and makes this
@@ -234,6 +243,18 @@ func (x *exchange) finish() {
 		)
 	}
 }
+
+// drop cuts an upload (lead.go) no upstream call took (none does so today). It and led live
+// here, by finish, their one caller.
+func (u *leadUpload) drop() {
+	if u != nil && !u.taken {
+		u.abort()
+	}
+}
+
+// led says whether the request's first upstream call was the upload's: its body went while it
+// arrived.
+func (u *leadUpload) led() bool { return u != nil && u.answered }
 
 // settle charges what the request cost (every upstream call of it, memory rounds included, each
 // at its ledger line's cost), or releases its reservation when it cost nothing.

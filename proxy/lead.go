@@ -176,17 +176,6 @@ func (x *exchange) startLead(header http.Header, lease *bodyLease, shape leadSha
 	return u
 }
 
-// drop cuts an upload no upstream call took (none does so today).
-func (u *leadUpload) drop() {
-	if u != nil && !u.taken {
-		u.abort()
-	}
-}
-
-// led says whether the request's first upstream call was the upload's: its body went while it
-// arrived.
-func (u *leadUpload) led() bool { return u != nil && u.answered }
-
 // abort cuts the upload before its end and waits for its request to be over.
 func (u *leadUpload) abort() {
 	u.body.cut()

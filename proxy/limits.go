@@ -60,14 +60,6 @@ func (x *exchange) heldOutput() int64 {
 	return limits.OutputHold(&x.who.pol.Limits, x.req.info.MaxTokens)
 }
 
-// capHeaders puts the tenant's cap on a relayed upstream reply (anthropic-ratelimit-unified-*)
-// and takes the upstream's organisation-wide ratelimit headers off it, for capped tenants only,
-// on every route.
-func (x *exchange) capHeaders(h http.Header) {
-	limits.HideUpstreamRatelimit(x.who.pol, h)
-	x.ticket.Header(h)
-}
-
 // batchUser is a batch's end user for per-user caps: the key's or the
 // header's, as a request's; under user_from: metadata.user_id the one its
 // requests name, ok false when they name several (the batch is charged to

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/internal/apierr"
 	"github.com/ctxproxy/ctxproxy/internal/upstreamreq"
+	"github.com/ctxproxy/ctxproxy/limits"
 	"github.com/ctxproxy/ctxproxy/policy"
 )
 
@@ -71,6 +72,14 @@ func (x *exchange) writeReply(resp *http.Response, body []byte) {
 	x.w.WriteHeader(resp.StatusCode)
 	n, _ := x.w.Write(body)
 	x.out.n += int64(n)
+}
+
+// capHeaders puts the tenant's cap on a relayed upstream reply (anthropic-ratelimit-unified-*)
+// and takes the upstream's organisation-wide ratelimit headers off it, for capped tenants only,
+// on every route.
+func (x *exchange) capHeaders(h http.Header) {
+	limits.HideUpstreamRatelimit(x.who.pol, h)
+	x.ticket.Header(h)
 }
 
 // readReply reads a whole non-streamed reply, sized once when its length

@@ -4,7 +4,6 @@ import (
 	"bytes"
 
 	"github.com/ctxproxy/ctxproxy/shadow"
-	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
 // The policy lab (package shadow): a sampled Messages request keeps a copy of the client's body,
@@ -13,7 +12,7 @@ import (
 // lacks the history); nothing of the lab reaches the client.
 
 // shadowRun is the exchange's part in the policy lab: opened by openShadow, handed over (and
-// emptied) by shadowCall.
+// emptied) by shadowCall (accounting.go, at the end of the call it hands over).
 type shadowRun struct {
 	req *shadow.Request // nil: not sampled, or handed to the lab already
 }
@@ -25,19 +24,4 @@ func (x *exchange) openShadow(body []byte) shadowRun {
 		return shadowRun{}
 	}
 	return shadowRun{req: &shadow.Request{Policy: x.who.pol, Body: bytes.Clone(body)}}
-}
-
-// shadowCall hands the lab the request's first upstream call, c as its ledger line priced it.
-// Later calls (the memory loop's next rounds) are not measured.
-func (x *exchange) shadowCall(c *tokens.Call) {
-	r := x.shadow.req
-	if r == nil {
-		return
-	}
-	x.shadow.req = nil
-	if c.Status != 200 || x.req.info.Threaded {
-		return
-	}
-	r.Header = x.req.header.Clone()
-	x.s.cfg.Lab.Measure(r, shadow.Shadowed{Call: *c, Conversation: c.Conversation, PrevCached: x.conv.prevCached})
 }

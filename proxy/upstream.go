@@ -98,6 +98,15 @@ func (x *exchange) callUpstream(ctx context.Context, route *http.Request, body [
 	return resp, t0, nil
 }
 
+// sending notes a call begun at t0 (accounting's one writer of roundDur; it lives here, by
+// the one call that makes it): after a reply of the same request (a memory round's next
+// call), the time since that reply is the round's own.
+func (a *accounting) sending(t0 time.Time) {
+	if !a.replied.IsZero() {
+		a.roundDur += t0.Sub(a.replied)
+	}
+}
+
 // take hands the upload that went ahead (lead.go) to the request's first upstream call, once;
 // nil after. It lives here, by the one call that takes it.
 func (u *leadUpload) take() *leadUpload {
