@@ -238,7 +238,7 @@ type rowSpec struct {
 	// transcript (thinkingBody).
 	thinking bool
 	args     []string // more ctxproxy flags
-	optIn     bool     // run only when -rows names it (it needs a service)
+	optIn    bool     // run only when -rows names it (it needs a service)
 }
 
 var allRows = []rowSpec{

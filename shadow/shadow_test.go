@@ -63,12 +63,12 @@ func sprintf(f string, n int) string {
 // original_input_tokens = 1000 when the body has context_management; it
 // records what it was sent. status, when not 200, is every answer.
 type upstream struct {
-	mu     sync.Mutex
+	mu      sync.Mutex
 	bodies  []string
 	keys    []string
 	headers []http.Header
 	status  int
-	hold   chan struct{} // when set, each call waits for it to close
+	hold    chan struct{} // when set, each call waits for it to close
 }
 
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
