@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
 // The reports row (-reports SPEC): the month's reports on a ledger ledgergen filled,
@@ -191,10 +193,15 @@ func consoleSignIn(client *http.Client, base string) error {
 }
 
 // emptyLedger is a ledger of the same kind as spec with no lines: a file, or a schema of its
-// own in spec's database (dropped by the returned func).
+// own in spec's database (dropped by the returned func). It is made as a serving ctxproxy makes
+// it (tokens.OpenLedger), since a report never creates a ledger.
 func emptyLedger(work, spec string) (string, func(), error) {
 	if strings.HasPrefix(spec, "file:") {
-		return "file:" + filepath.Join(work, "empty.jsonl"), func() {}, nil
+		empty := "file:" + filepath.Join(work, "empty.jsonl")
+		if err := createLedger(empty); err != nil {
+			return "", nil, err
+		}
+		return empty, func() {}, nil
 	}
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, spec)
@@ -210,10 +217,25 @@ func emptyLedger(work, spec string) (string, func(), error) {
 	if strings.Contains(spec, "?") {
 		sep = "&"
 	}
-	return spec + sep + "search_path=" + schema, func() {
+	empty := spec + sep + "search_path=" + schema
+	if err := createLedger(empty); err != nil {
+		conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE") //nolint:errcheck // best effort
+		conn.Close(ctx)
+		return "", nil, err
+	}
+	return empty, func() {
 		conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE") //nolint:errcheck // best effort
 		conn.Close(ctx)
 	}, nil
+}
+
+// createLedger makes the ledger spec names, with no lines.
+func createLedger(spec string) error {
+	l, err := tokens.OpenLedger(context.Background(), spec)
+	if err != nil {
+		return fmt.Errorf("empty ledger: %w", err)
+	}
+	return l.Close()
 }
 
 // redactURL leaves a URL's password out.
