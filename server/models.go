@@ -84,26 +84,33 @@ func (w *retiringWatch) update(rs []capabilities.Retiring) {
 // seedModelUsage tells models when each tenant last used each model in the
 // last capabilities.UsageWindow, from the ledger (which outlives a restart,
 // the cache's memory does not), so a deploy does not silence the warning
-// for a retiring model a tenant used yesterday. Called at start, before the
-// first read; a ledger that cannot be read is logged and the proxy serves,
-// counting the calls from its start.
-func seedModelUsage(ctx context.Context, ledger tokens.Ledger, models *capabilities.Cache, lifecycle *zap.Logger) {
+// for a retiring model a tenant used yesterday. It reads in the background
+// (a large file ledger takes seconds to read; serving need not wait for a
+// warning) and logs "model usage read from the ledger" when done; a ledger
+// that cannot be read is logged and only the calls from the start count.
+// The returned func stops the read and waits for it (before the ledger closes).
+func seedModelUsage(ctx context.Context, ledger tokens.Ledger, models *capabilities.Cache, lifecycle *zap.Logger) (stop func()) {
 	l, ok := ledger.(tokens.ModelUseLedger)
 	if !ok {
-		return
+		return func() {}
 	}
 	rctx, cancel := context.WithTimeout(ctx, startReadTimeout)
-	defer cancel()
-	uses, err := l.LastUsed(rctx, time.Now().Add(-capabilities.UsageWindow))
-	if err != nil {
-		lifecycle.Warn("model retiring: cannot read from the ledger which models the tenants used before this start; only the calls from now on count", zap.Error(err))
-		return
-	}
-	seeds := make([]capabilities.Use, len(uses))
-	for i, u := range uses {
-		seeds[i] = capabilities.Use{Tenant: u.Tenant, Model: u.Model, At: u.Hour}
-	}
-	models.SeedUsage(seeds)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		uses, err := l.LastUsed(rctx, time.Now().Add(-capabilities.UsageWindow))
+		if err != nil {
+			lifecycle.Warn("model retiring: cannot read from the ledger which models the tenants used before this start; only the calls from now on count", zap.Error(err))
+			return
+		}
+		seeds := make([]capabilities.Use, len(uses))
+		for i, u := range uses {
+			seeds[i] = capabilities.Use{Tenant: u.Tenant, Model: u.Model, At: u.Hour}
+		}
+		models.SeedUsage(seeds)
+		lifecycle.Info("model usage read from the ledger", zap.Int("tenant_models", len(seeds)))
+	}()
+	return func() { cancel(); <-done }
 }
 
 // startModels reads the tenants' models once before the proxy serves, then

@@ -6,11 +6,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/ctxproxy/ctxproxy/capabilities"
+	"github.com/ctxproxy/ctxproxy/internal/testwait"
 	"github.com/ctxproxy/ctxproxy/tokens"
 )
 
@@ -27,7 +29,13 @@ func TestSeedModelUsageWarnsOfAnUnreadableLedgerWithoutItsPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	core, logs := observer.New(zap.WarnLevel)
-	seedModelUsage(context.Background(), l, capabilities.New(capabilities.Options{}), zap.New(core))
+	stop := seedModelUsage(context.Background(), l, capabilities.New(capabilities.Options{}), zap.New(core))
+	testwait.Eventually(t, "the warning", func() { // the read runs beside the start
+		for logs.Len() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	})
+	stop()
 	entries := logs.All()
 	if len(entries) != 1 || !strings.Contains(entries[0].Message, "cannot read from the ledger") {
 		t.Fatalf("logged %+v", entries)

@@ -135,7 +135,7 @@ func Open(ctx context.Context, cfg Settings) (_ *Server, err error) {
 	metrics := tokens.NewMetrics(tenantNames(pols.Current()), prices.Models())
 	metrics.SetShadowCandidates(shadowCandidates(pols.Current()))
 	retiring = newRetiringWatch(metrics.Registry(), metrics.TenantLabel, log)
-	seedModelUsage(ctx, ledger, models, lifecycle)
+	onClose(seedModelUsage(ctx, ledger, models, lifecycle))
 	onClose(startModels(ctx, models, lifecycle))
 	rec := tokens.NewRecorder(prices.Prices, metrics, ledger, log)
 	onClose(func() {

@@ -187,7 +187,17 @@ func TestBinaryRemembersAcrossARestartTheRetiringModelsATenantUsed(t *testing.T)
 			}
 			const used = `ctxproxy_model_retiring{model="claude-opus-4-5-20251101",retires_at="2027-01-22T00:00:00Z",tenant="vault"} 1`
 
+			// The ledger is read beside the start; it says when it is done.
+			seeded := func(p *binaries.Process) {
+				t.Helper()
+				testwait.Eventually(t, "the model usage read from the ledger", func() {
+					for !strings.Contains(p.Log(), `"msg":"model usage read from the ledger"`) {
+						time.Sleep(10 * time.Millisecond)
+					}
+				})
+			}
 			first := startVaultProxy(t, args...)
+			seeded(first)
 			if got := gauges(t, first); got != "" {
 				t.Errorf("a model used eight days ago is reported: %s", got)
 			}
@@ -199,6 +209,7 @@ func TestBinaryRemembersAcrossARestartTheRetiringModelsATenantUsed(t *testing.T)
 			}
 
 			second := startVaultProxy(t, args...)
+			seeded(second)
 			if got := gauges(t, second); got != used {
 				t.Errorf("after the restart, gauges:\n%s\nwant\n%s\nlog:\n%s", got, used, second.Log())
 			}
