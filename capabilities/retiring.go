@@ -22,7 +22,10 @@ type Retiring struct {
 	Named     bool // the tenant's policy names it
 }
 
-// Used records that a request of tenant named model at at. Only models the
+// Used records that a request of tenant named model at at. A use is a call
+// the tenant's reports count (a Messages call or a batch): not a count_tokens
+// call, which bills nothing, nor a policy-lab measurement; the ledger that
+// seeds a restart (SeedUsage) leaves out the same calls. Only models the
 // tenant's last read lists are recorded (so what clients send cannot grow
 // it); it never blocks.
 func (c *Cache) Used(tenant, model string, at time.Time) {

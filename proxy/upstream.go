@@ -52,10 +52,7 @@ func (x *exchange) roundTrip(ctx context.Context, body [][]byte, p retryPolicy) 
 func (x *exchange) callUpstream(ctx context.Context, route *http.Request, body [][]byte, p retryPolicy) (resp *http.Response, t0 time.Time, err error) {
 	t0 = time.Now()
 	x.acct.sending(t0)
-	if x.who.pol != nil {
-		// What a tenant's calls use, for the models it uses that retire.
-		x.s.cfg.Models.Used(x.who.pol.Tenant, x.req.info.Model, t0)
-	}
+	x.markModelUse(route, t0)
 	ctx = x.startCallSpan(ctx, route.URL.Path, body)
 	var lead *leadUpload
 	var lease *bodyLease
@@ -96,6 +93,17 @@ func (x *exchange) callUpstream(ctx context.Context, route *http.Request, body [
 	}
 	scrubReply(resp, x.who.upstreamKey)
 	return resp, t0, nil
+}
+
+// markModelUse records the call as its tenant's use of its model, for the models it uses
+// that retire. A use is a call a report counts (capabilities.Cache.Used): never a count_tokens
+// call, the client's or a compaction measure's (countTokensRoute), which bills nothing and
+// which the ledger leaves out when a restart reads the uses back (tokens.ModelUseLedger).
+func (x *exchange) markModelUse(route *http.Request, at time.Time) {
+	if x.who.pol == nil || route != x.r || x.ep == epCountTokens {
+		return
+	}
+	x.s.cfg.Models.Used(x.who.pol.Tenant, x.req.info.Model, at)
 }
 
 // sending notes a call begun at t0 (accounting's one writer of roundDur; it lives here, by

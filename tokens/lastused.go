@@ -24,8 +24,8 @@ type ModelUse struct {
 type ModelUseLedger interface {
 	// LastUsed is, per tenant and model with a call in since's hour or after, the hour of its
 	// latest call: the calls a report counts (never the policy lab's lines, endpoint "shadow", nor a
-	// count_tokens call). It only reads: no table, file or rollup is written. Its errors name
-	// no host path.
+	// count_tokens call), the uses capabilities.Cache.Used records while serving. It only reads: no
+	// table, file or rollup is written. Its errors name no host path.
 	LastUsed(ctx context.Context, since time.Time) ([]ModelUse, error)
 }
 
