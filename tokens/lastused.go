@@ -146,8 +146,8 @@ func (l *PGLedger) LastUsed(ctx context.Context, since time.Time) ([]ModelUse, e
 		return nil, fmt.Errorf("read ledger: %w", err)
 	}
 	for k, t := range pending {
-		if k.hour >= from.Unix() && t.Calls > 0 {
-			u.add(k.tenant, k.model, k.hour)
+		if k.bucket >= from.Unix() && t.Calls > 0 {
+			u.add(k.tenant, k.model, k.bucket)
 		}
 	}
 	return u.list(), nil

@@ -37,29 +37,21 @@ const (
 	pgFoldAfter = 10 * time.Second
 )
 
-// pendingKey is a batch's lines of one hour (its start in Unix seconds), tenant, model, key
-// id and user: every rollup row of those lines is known from it.
-type pendingKey struct {
-	hour                     int64
-	tenant, model, key, user string
-}
+// pendingSums are the sums of a batch's lines per hour (lineKey).
+type pendingSums map[lineKey]*Totals
 
-// pendingSums are the sums of lines per pendingKey.
-type pendingSums map[pendingKey]*Totals
-
-// add adds c's sums (lineTotals: shadow lines and count_tokens without savings add none).
+// add adds c's sums (lineCounts: shadow lines and count_tokens without savings add none).
 func (p pendingSums) add(c *Call) {
-	t, ok := lineTotals(c)
-	if !ok {
+	if !lineCounts(c) {
 		return
 	}
-	k := pendingKey{hour: rollupBucket(c.Time, time.Hour), tenant: c.Tenant, model: c.Model, key: c.KeyID, user: c.User}
+	k := newLineKey(c, time.Hour)
 	r := p[k]
 	if r == nil {
 		r = new(Totals)
 		p[k] = r
 	}
-	r.addSums(&t)
+	r.addLine(c)
 }
 
 // pendingFormat is the first byte of an encoded pendingSums.
@@ -86,7 +78,7 @@ func appendPending(b []byte, p pendingSums) []byte {
 		b = append(b, s...)
 	}
 	for k, t := range p {
-		b = binary.AppendVarint(b, k.hour/3600)
+		b = binary.AppendVarint(b, k.bucket/3600)
 		str(k.tenant)
 		str(k.model)
 		str(k.key)
@@ -154,7 +146,7 @@ func readPending(b []byte, p pendingSums) error {
 			return errPending
 		}
 		b = b[n:]
-		k := pendingKey{hour: h * 3600, tenant: str(), model: str(), key: str(), user: str()}
+		k := lineKey{bucket: h * 3600, tenant: str(), model: str(), key: str(), user: str()}
 		mask := uv()
 		if b == nil || mask>>nsums != 0 {
 			return errPending
@@ -295,7 +287,7 @@ func pgRollupUpsert(table string) string {
 func pgRollupArgs(p pendingSums, width time.Duration) []any {
 	m := make(map[rollupKey]*Totals, len(p))
 	for k, t := range p {
-		b := rollupBucket(time.Unix(k.hour, 0), width)
+		b := rollupBucket(time.Unix(k.bucket, 0), width)
 		for d, g := range rollupDims {
 			rk := rollupKey{bucket: b, dim: uint8(d), tenant: k.tenant, value: k.dimValue(g)}
 			r := m[rk]
@@ -333,11 +325,6 @@ func pgRollupArgs(p pendingSums, width time.Duration) []any {
 	return args
 }
 
-// dimValue is the key's value in dimension g (a rollupDims), as dimValue is a line's.
-func (k pendingKey) dimValue(g string) string {
-	return dimValue(&Call{Model: k.model, KeyID: k.key, User: k.user}, g)
-}
-
 // addPending adds to b the pending rows of tenant ("" for all) in the whole buckets of width
 // in [from, to) (zero: open), as addRollup adds the rollup tables' rows. The pending rows
 // are read once a view.
@@ -357,7 +344,7 @@ func (v *pgRollupView) addPending(ctx context.Context, b *reportBuilder, width t
 		if tenant != "" && k.tenant != tenant {
 			continue
 		}
-		bucket := time.Unix(rollupBucket(time.Unix(k.hour, 0), width), 0).UTC()
+		bucket := time.Unix(rollupBucket(time.Unix(k.bucket, 0), width), 0).UTC()
 		if !from.IsZero() && bucket.Before(from) || !to.IsZero() && !bucket.Before(to) {
 			continue
 		}

@@ -93,6 +93,12 @@ type Totals struct {
 
 // Add adds one call.
 func (t *Totals) Add(c *Call) {
+	t.addCall(c)
+	t.setHitRate()
+}
+
+// addCall is Add without the hit rate.
+func (t *Totals) addCall(c *Call) {
 	t.Calls++
 	t.InputTokens += c.Usage.InputTokens
 	t.OutputTokens += c.Usage.OutputTokens
@@ -111,7 +117,6 @@ func (t *Totals) Add(c *Call) {
 	if c.CacheEffect == CacheUnknown {
 		t.CacheEffectUnknownCalls++
 	}
-	t.setHitRate()
 	if c.PriceUnknown {
 		t.PriceUnknownCalls++
 	}
@@ -159,20 +164,30 @@ func (t *Totals) setHitRate() {
 }
 
 // lineTotals is what one ledger line adds to its report row; ok is false for a line reports
-// leave out (a policy-lab measurement). A count_tokens call is billed nothing: only the one that measured a compaction
-// counts, and only for what the compaction spared.
+// leave out (lineCounts).
 func lineTotals(c *Call) (t Totals, ok bool) {
-	if c.Shadow != nil { // the policy lab's: billed nothing, never the tenant's spend
+	if !lineCounts(c) {
 		return Totals{}, false
 	}
-	if c.CountTokens != nil {
-		if c.CompactionSavings == 0 {
-			return Totals{}, false
-		}
-		return Totals{CompactionSavingsUSD: c.CompactionSavings}, true
-	}
-	t.Add(c)
+	t.addLine(c)
+	t.setHitRate()
 	return t, true
+}
+
+// lineCounts says whether a ledger line counts in reports: not a policy-lab measurement (billed
+// nothing, never the tenant's spend), nor a count_tokens call (billed nothing) but the one that
+// measured a compaction, which counts for what the compaction spared.
+func lineCounts(c *Call) bool {
+	return c.Shadow == nil && (c.CountTokens == nil || c.CompactionSavings != 0)
+}
+
+// addLine adds what a line that counts (lineCounts) adds to its report row, but the hit rate.
+func (t *Totals) addLine(c *Call) {
+	if c.CountTokens != nil {
+		t.CompactionSavingsUSD += c.CompactionSavings
+		return
+	}
+	t.addCall(c)
 }
 
 // Row is the totals of one tenant and group (a model name or a day).

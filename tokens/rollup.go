@@ -72,22 +72,26 @@ func rollupBucket(t time.Time, width time.Duration) int64 {
 	return s - ((s%w)+w)%w
 }
 
-// rollupAdd adds c to the rows of its bucket (width: time.Hour or a day) in m.
-func rollupAdd(m map[rollupKey]*Totals, c *Call, width time.Duration) {
-	t, ok := lineTotals(c)
-	if !ok {
-		return
-	}
-	b := rollupBucket(c.Time, width)
-	for d := range rollupDims {
-		k := rollupKey{bucket: b, dim: uint8(d), tenant: c.Tenant, value: dimValue(c, rollupDims[d])}
-		r := m[k]
-		if r == nil {
-			r = new(Totals)
-			m[k] = r
-		}
-		r.addSums(&t)
-	}
+// lineKey is what a line's rollup rows are known from: its bucket (the start, in Unix
+// seconds), tenant, model, key id and user.
+type lineKey struct {
+	bucket                   int64
+	tenant, model, key, user string
+}
+
+// newLineKey is c's lineKey in buckets of width.
+func newLineKey(c *Call, width time.Duration) lineKey {
+	return lineKey{bucket: rollupBucket(c.Time, width), tenant: c.Tenant, model: c.Model, key: c.KeyID, user: c.User}
+}
+
+// dimValue is the key's value in dimension g (a rollupDims), as dimValue is a line's.
+func (k lineKey) dimValue(g string) string {
+	return dimValue(&Call{Model: k.model, KeyID: k.key, User: k.user}, g)
+}
+
+// rollupRow is k's row of dimension d (an index of rollupDims).
+func (k lineKey) rollupRow(d int) rollupKey {
+	return rollupKey{bucket: k.bucket, dim: uint8(d), tenant: k.tenant, value: k.dimValue(rollupDims[d])}
 }
 
 // dimIndex is g's index in rollupDims, or -1.

@@ -522,6 +522,24 @@ func TestFileRollups(t *testing.T) {
 			})
 		}
 	})
+	t.Run("lines find their rows after the rollup is rebuilt and after its cache of rows starts over", func(t *testing.T) {
+		defer func(n int) { fileRollupLinesMax = n }(fileRollupLinesMax)
+		fileRollupLinesMax = 7 // far fewer than the lines' days, tenants, models, keys and users
+		path := filepath.Join(t.TempDir(), "ledger.jsonl")
+		l := open(t, path)
+		defer l.Close()
+		appendAll(t, l, calls[:200])
+		checkReportsEqualScan(t, l)
+		if n := len(l.rollup.byLine); n == 0 || n > fileRollupLinesMax {
+			t.Fatalf("%d lines' rows cached, want 1 to %d", n, fileRollupLinesMax)
+		}
+		other := open(t, path)
+		appendAll(t, other, calls[200:300]) // the next report rebuilds the rollup: new rows
+		other.Close()
+		checkReportsEqualScan(t, l)
+		appendAll(t, l, calls[300:600]) // into the rebuilt rows, not the cached old ones
+		checkReportsEqualScan(t, l)
+	})
 	t.Run("the rollup file is only a cache: removing it loses nothing", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "ledger.jsonl")
 		l := open(t, path)
