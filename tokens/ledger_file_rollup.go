@@ -312,6 +312,8 @@ func (fr *fileRollup) catchUp(ctx context.Context, r io.ReaderAt, size int64) (i
 		}
 	})
 	if err != nil {
+		// Some of the lines after the offset are summed: the next report rebuilds.
+		fr.loaded, fr.synced = false, false
 		return 0, err
 	}
 	fr.flush()

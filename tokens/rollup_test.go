@@ -540,6 +540,33 @@ func TestFileRollups(t *testing.T) {
 		appendAll(t, l, calls[300:600]) // into the rebuilt rows, not the cached old ones
 		checkReportsEqualScan(t, l)
 	})
+	t.Run("a catch-up cancelled part way counts none of its lines twice", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "ledger.jsonl")
+		l := open(t, path)
+		many := randomCalls(rand.New(rand.NewPCG(5, 5)), 5000, rollupStart, 24*33) // past scanLines' 4,096 between two looks at ctx
+		appendAll(t, l, many)
+		l.Close()
+		os.Remove(path + ".rollup")
+		l = open(t, path)
+		defer l.Close()
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.rollup.mu.Lock()
+		_, err = l.rollup.catchUp(&errAfter{Context: ctx, n: 1}, l.rf, st.Size())
+		l.rollup.mu.Unlock()
+		if err == nil {
+			t.Fatal("catch-up not cancelled")
+		}
+		got, err := RunReport(ctx, l, Filter{}, GroupByModel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg := reportDiff(got, BuildReport(many, GroupByModel)); msg != "" {
+			t.Fatal(msg)
+		}
+	})
 	t.Run("the rollup file is only a cache: removing it loses nothing", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "ledger.jsonl")
 		l := open(t, path)
@@ -554,6 +581,19 @@ func TestFileRollups(t *testing.T) {
 			t.Errorf("the rebuilt rollup file has %d bytes (%v), the one written as lines came %d", len(after), err, len(before))
 		}
 	})
+}
+
+// errAfter is a context whose Err is nil n times, then context.Canceled.
+type errAfter struct {
+	context.Context
+	n int
+}
+
+func (c *errAfter) Err() error {
+	if c.n--; c.n < 0 {
+		return context.Canceled
+	}
+	return nil
 }
 
 func copyFile(t *testing.T, from, to string) {
