@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -134,23 +135,109 @@ func BenchmarkLedgerAppend(b *testing.B) {
 			benchmarkAppend(b, l, size, 0)
 		})
 		b.Run(fmt.Sprintf("postgres/batch=%d", size), func(b *testing.B) {
-			u, err := url.Parse(pgTestURL(b))
-			if err != nil {
-				b.Fatal(err)
-			}
-			q := u.Query()
-			q.Set("pool_max_conns", "1") // one backend, whose CPU is the ledger's
-			u.RawQuery = q.Encode()
-			l, err := OpenPGLedger(context.Background(), u.String())
-			if err != nil {
-				b.Fatal(err)
-			}
+			l, backend := openBenchPG(b)
 			defer l.Close()
-			var backend int
-			if err := l.pool.QueryRow(context.Background(), "SELECT pg_backend_pid()").Scan(&backend); err != nil {
-				b.Fatal(err)
-			}
 			benchmarkAppend(b, l, size, backend)
 		})
 	}
+}
+
+// openBenchPG opens a PostgreSQL ledger of one connection and returns its backend's pid.
+func openBenchPG(b *testing.B) (*PGLedger, int) {
+	u, err := url.Parse(pgTestURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("pool_max_conns", "1") // one backend, whose CPU is the ledger's
+	u.RawQuery = q.Encode()
+	l, err := OpenPGLedger(context.Background(), u.String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var backend int
+	if err := l.pool.QueryRow(context.Background(), "SELECT pg_backend_pid()").Scan(&backend); err != nil {
+		l.Close()
+		b.Fatal(err)
+	}
+	return l, backend
+}
+
+// BenchmarkLedgerRollupCost is what the rollups add to the append, measured so that the
+// machine's load moves both sides alike: in one process, the same store writes batches with
+// their rollup and without it in turns of 512 lines, and rollup-x is the CPU per line of the
+// first over the second (the file ledger's process; PostgreSQL's one backend, folds included;
+// without: the lines' INSERT alone).
+func BenchmarkLedgerRollupCost(b *testing.B) {
+	for _, size := range []int{1, 64} {
+		b.Run(fmt.Sprintf("file/batch=%d", size), func(b *testing.B) {
+			dir := b.TempDir()
+			with, err := OpenFileLedger(filepath.Join(dir, "with.jsonl"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer with.Close()
+			without, err := OpenFileLedger(filepath.Join(dir, "without.jsonl"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer without.Close()
+			without.rf.Close()
+			without.rf = nil // as a ledger that is not a regular file: no rollup
+			benchmarkTurns(b, size, processCPU, with.AppendBatch, without.AppendBatch)
+		})
+		b.Run(fmt.Sprintf("postgres/batch=%d", size), func(b *testing.B) {
+			l, backend := openBenchPG(b)
+			defer l.Close()
+			without := func(ctx context.Context, cs []Call) (int, error) {
+				sql, args := pgLinesInsert(cs, nil)
+				_, err := l.pool.Exec(ctx, sql, args...)
+				return len(cs), err
+			}
+			benchmarkTurns(b, size, func() int64 { return threadCPU(backend) }, l.AppendBatch, without)
+		})
+	}
+}
+
+// benchmarkTurns appends batches of size lines with with and without in turns of 512 lines
+// (an op is one turn of each) and reports the CPU per line of each (cpu: ns) and rollup-x,
+// the median of the turns' ratios: a checkpoint or a new WAL segment lands in one turn, and
+// moves the sums, not the median.
+func benchmarkTurns(b *testing.B, size int, cpu func() int64, with, without func(context.Context, []Call) (int, error)) {
+	ctx := context.Background()
+	calls := randomCalls(rand.New(rand.NewPCG(1, 2)), 4096, t0, 1)
+	appends := [2]func(context.Context, []Call) (int, error){with, without}
+	for _, f := range appends { // the statements prepared, the rollup loaded
+		for range 3 {
+			if _, err := f(ctx, calls[:size]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var spent, lines [2]int64
+	var ratios []float64
+	i := 0
+	for b.Loop() {
+		var turn [2]int64
+		for side, f := range appends {
+			c0 := cpu()
+			for n := 0; n < 512; n += size {
+				if i+size > len(calls) {
+					i = 0
+				}
+				if _, err := f(ctx, calls[i:i+size]); err != nil {
+					b.Fatal(err)
+				}
+				i += size
+				lines[side] += int64(size)
+			}
+			turn[side] = cpu() - c0
+			spent[side] += turn[side]
+		}
+		ratios = append(ratios, float64(turn[0])/float64(max(turn[1], 1)))
+	}
+	slices.Sort(ratios)
+	b.ReportMetric(float64(spent[0])/float64(lines[0]), "cpu-ns/line")
+	b.ReportMetric(float64(spent[1])/float64(lines[1]), "cpu-ns/line-without")
+	b.ReportMetric(ratios[len(ratios)/2], "rollup-x")
 }
