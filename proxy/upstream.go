@@ -418,16 +418,11 @@ func (x *exchange) startCallSpan(ctx context.Context, path string, body [][]byte
 	return ctx
 }
 
-// injectTrace gives the upstream request the call span as its parent. The
-// header is the exchange's shared one, so it is copied first, and only when
-// the span is sampled (Tracer.Inject writes nothing for one that is not).
+// injectTrace gives the upstream request the call span as its parent (the
+// header is the exchange's shared one: WithTraceparent copies it when it
+// writes).
 func (x *exchange) injectTrace(ctx context.Context, req *http.Request) {
-	t := x.s.cfg.Tracer
-	if !t.Sampled(ctx) {
-		return
-	}
-	req.Header = req.Header.Clone()
-	t.Inject(ctx, req.Header)
+	req.Header = x.s.cfg.Tracer.WithTraceparent(ctx, req.Header)
 }
 
 // failCallSpan ends the call's span as failed: no reply, or an error reply.

@@ -87,11 +87,8 @@ type ChatResponse struct {
 
 // EndChat records the reply on the span and ends it.
 func (s Span) EndChat(r ChatResponse) {
-	if s.sp == nil {
-		return
-	}
 	if s.Recording() {
-		s.a.add(
+		s.r.add(
 			attribute.Int(AttrUpstreamStatus, r.Status),
 			// The conventions count every input token, cached or not.
 			attribute.Int64(AttrUsageInputTokens, r.InputTokens+r.CacheRead+r.CacheCreation),
@@ -103,22 +100,22 @@ func (s Span) EndChat(r ChatResponse) {
 			attribute.Float64(AttrCostUSD, r.CostUSD),
 		)
 		if r.ID != "" {
-			s.a.add(attribute.String(AttrResponseID, r.ID))
+			s.r.add(attribute.String(AttrResponseID, r.ID))
 		}
 		if r.Model != "" {
-			s.a.add(attribute.String(AttrResponseModel, r.Model))
+			s.r.add(attribute.String(AttrResponseModel, r.Model))
 		}
 		if r.StopReason != "" {
-			s.a.add(finishReasons(r.StopReason))
+			s.r.add(finishReasons(r.StopReason))
 		}
 		if len(r.AppliedEdits) > 0 {
-			s.a.add(attribute.StringSlice(AttrAppliedEdits, r.AppliedEdits))
+			s.r.add(attribute.StringSlice(AttrAppliedEdits, r.AppliedEdits))
 		}
 		if len(r.InputTransformations) > 0 {
-			s.a.add(attribute.StringSlice(AttrInputTransformations, r.InputTransformations))
+			s.r.add(attribute.StringSlice(AttrInputTransformations, r.InputTransformations))
 		}
 		if r.OutputMessages != "" {
-			s.a.add(attribute.String(AttrOutputMessages, r.OutputMessages))
+			s.r.add(attribute.String(AttrOutputMessages, r.OutputMessages))
 		}
 		if r.Status >= 400 {
 			s.Fail(apierr.Type(r.Status), "upstream answered an error")
@@ -148,11 +145,8 @@ func finishReasons(stopReason string) attribute.KeyValue {
 // EndServer records the status the client got and the tenant, and ends the
 // server span; a 5xx marks it failed.
 func (s Span) EndServer(status int, tenant string) {
-	if s.sp == nil {
-		return
-	}
 	if s.Recording() {
-		s.a.add(attribute.Int(AttrUpstreamStatus, status), attribute.String(AttrTenant, tenant))
+		s.r.add(attribute.Int(AttrUpstreamStatus, status), attribute.String(AttrTenant, tenant))
 		if status >= 500 {
 			s.Fail(apierr.Type(status), "request failed")
 		}
@@ -169,12 +163,12 @@ func (s Span) SetInput(conversationID, messages string) {
 		return
 	}
 	if conversationID != "" {
-		s.a.add(attribute.String(AttrConversationID, conversationID))
+		s.r.add(attribute.String(AttrConversationID, conversationID))
 	}
 	if messages != "" {
 		// The proxy leaves the messages' contents to the API to validate; an
 		// exporter refuses a batch with a string that is not UTF-8.
-		s.a.add(attribute.String(AttrInputMessages, strings.ToValidUTF8(messages, "\uFFFD")))
+		s.r.add(attribute.String(AttrInputMessages, strings.ToValidUTF8(messages, "\uFFFD")))
 	}
 }
 
@@ -182,22 +176,19 @@ func (s Span) SetInput(conversationID, messages string) {
 // tenant that opted into content in its traces.
 func (s Span) SetMemoryInput(input []byte) {
 	if s.Recording() { // the string is made only for a span that keeps it
-		s.a.add(attribute.String(AttrMemoryInput, string(input)))
+		s.r.add(attribute.String(AttrMemoryInput, string(input)))
 	}
 }
 
 // EndMemory records a memory command's outcome (never its content or a
 // host path) and ends the span.
 func (s Span) EndMemory(ok bool, bytes int) {
-	if s.sp == nil {
-		return
-	}
 	if s.Recording() {
 		result := "ok"
 		if !ok {
 			result = "error"
 		}
-		s.a.add(attribute.String(AttrMemoryResult, result), attribute.Int(AttrMemoryBytes, bytes))
+		s.r.add(attribute.String(AttrMemoryResult, result), attribute.Int(AttrMemoryBytes, bytes))
 	}
 	s.End()
 }

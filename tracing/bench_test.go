@@ -52,7 +52,7 @@ func BenchmarkRequestSpans(b *testing.B) {
 					// A batch (512 spans) at a time: faster than the exporter,
 					// the loop would fill the processor's queue and have
 					// spans dropped, not exported.
-					tr.tp.ForceFlush(context.Background())
+					tr.Flush(context.Background())
 				}
 				ctx, srv := tr.StartServer(r, "/v1/messages")
 				_, chat := tr.StartChat(ctx, ChatRequest{

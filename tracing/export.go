@@ -1,6 +1,7 @@
 package tracing
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -13,57 +14,89 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"go.opentelemetry.io/otel/trace"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// protoExporter is the OTLP exporter of ctxproxy's spans: what otlptrace's
-// Exporter sends, encoded straight from the spans. The SDK's exporter builds
-// a protobuf message per span, attribute and value (three allocations an
-// attribute) and marshals them; this one appends the same protobuf to a
-// pooled buffer. The upload is the SDK's own client (otlptracehttp's, so
-// every OTEL_EXPORTER_OTLP_* variable, the retries and gzip are its), handed
-// each group of spans as one ResourceSpans whose fields are the encoded
-// bytes, kept as the message's unknown fields: protobuf writes those out
-// verbatim, so the request on the wire is the one a built message would make.
-// (The one thing the clients see differently: their experimental
-// self-observability, OTEL_GO_X_OBSERVABILITY, counts the spans of the
-// messages it is handed, and counts none.)
-type protoExporter struct {
+// otlpExporter is the OTLP exporter of ctxproxy's spans: what otlptrace's
+// Exporter sends, encoded straight from the records. The SDK's exporter
+// builds a protobuf message per span, attribute and value (three allocations
+// an attribute) and marshals them; this one appends the same protobuf to a
+// buffer kept from batch to batch. The upload is the SDK's own client
+// (otlptracehttp's or otlptracegrpc's, so every OTEL_EXPORTER_OTLP_*
+// variable, the retries and gzip are its), handed the batch as one
+// ResourceSpans whose fields are the encoded bytes, kept as the message's
+// unknown fields: protobuf writes those out verbatim, so the request on the
+// wire is the one a built message would make. (The one thing the clients see
+// differently: their experimental self-observability, OTEL_GO_X_OBSERVABILITY,
+// counts the spans of the messages it is handed, and counts none.)
+type otlpExporter struct {
 	client   otlptrace.Client
 	stopOnce sync.Once
 
-	// The batch processor exports one batch at a time; the lock is for a
-	// ForceFlush meeting it. The encoder's buffer is kept from batch to
-	// batch (a sync.Pool would lose it at every collection and grow a new
-	// one through every size to the batch's).
-	mu  sync.Mutex
-	enc encoder
+	// head is the ResourceSpans' resource field and tail its schema URL,
+	// and scope the ScopeSpans' scope field: the same for every batch,
+	// encoded once.
+	head, scope, scopeTail, tail []byte
+	enc                          encoder // the batch goroutine's
 }
 
-func newProtoExporter(ctx context.Context, client otlptrace.Client) (*protoExporter, error) {
+func newOTLPExporter(ctx context.Context, client otlptrace.Client, res *resource.Resource, scope instrumentation.Scope) (*otlpExporter, error) {
 	if err := client.Start(ctx); err != nil {
 		return nil, err
 	}
-	return &protoExporter{client: client}, nil
+	e := &otlpExporter{client: client}
+	var enc encoder
+	if res != nil {
+		m := enc.open(fResourceSpansResource)
+		iter := res.Iter()
+		for iter.Next() {
+			enc.keyValue(fResourceAttributes, iter.Attribute())
+		}
+		enc.close(m)
+		e.head = enc.take()
+		enc.str(fResourceSpansSchemaURL, res.SchemaURL())
+		e.tail = enc.take()
+	}
+	if scope != (instrumentation.Scope{}) {
+		m := enc.open(fScopeSpansScope)
+		enc.str(fScopeName, scope.Name)
+		enc.str(fScopeVersion, scope.Version)
+		iter := scope.Attributes.Iter()
+		for iter.Next() {
+			enc.keyValue(fScopeAttributes, iter.Attribute())
+		}
+		enc.close(m)
+		e.scope = enc.take()
+	}
+	enc.str(fScopeSpansSchemaURL, scope.SchemaURL)
+	e.scopeTail = enc.take()
+	return e, nil
 }
 
-// ExportSpans uploads spans, one ResourceSpans per resource.
-func (e *protoExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
-	if len(spans) == 0 {
-		return nil
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	rs := e.enc.resourceSpans(spans)
+// export uploads rs as one ResourceSpans.
+func (e *otlpExporter) export(ctx context.Context, rs []*record) error {
 	if len(rs) == 0 {
 		return nil
 	}
-	err := e.client.UploadTraces(ctx, rs) // done with the bytes when it returns: it sends a marshaled copy
-	if cap(e.enc.b) > maxKeptBuffer {
-		e.enc.b = nil
+	enc := &e.enc
+	enc.b = append(enc.b[:0], e.head...)
+	m := enc.open(fResourceSpansScope)
+	enc.b = append(enc.b, e.scope...)
+	for _, r := range rs {
+		enc.span(r)
+	}
+	enc.b = append(enc.b, e.scopeTail...)
+	enc.close(m)
+	enc.b = append(enc.b, e.tail...)
+	msg := &tracepb.ResourceSpans{}
+	msg.ProtoReflect().SetUnknown(enc.b)
+	// The client is done with the bytes when it returns: it sends a marshaled copy.
+	err := e.client.UploadTraces(ctx, []*tracepb.ResourceSpans{msg})
+	if cap(enc.b) > maxKeptBuffer {
+		enc.b = nil
 	}
 	if err != nil {
 		return fmt.Errorf("traces export: %w", err)
@@ -75,8 +108,8 @@ func (e *protoExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOn
 // of the processor's default 512 spans of a request is about 300 KiB.
 const maxKeptBuffer = 4 << 20
 
-// Shutdown stops the client; spans exported after it fail.
-func (e *protoExporter) Shutdown(ctx context.Context) error {
+// shutdown stops the client; spans exported after it fail.
+func (e *otlpExporter) shutdown(ctx context.Context) error {
 	var err error
 	e.stopOnce.Do(func() { err = e.client.Stop(ctx) })
 	return err
@@ -109,23 +142,8 @@ const (
 	fSpanEnd               = 8
 	fSpanAttributes        = 9
 	fSpanDroppedAttributes = 10
-	fSpanEvents            = 11
-	fSpanDroppedEvents     = 12
-	fSpanLinks             = 13
-	fSpanDroppedLinks      = 14
 	fSpanStatus            = 15
 	fSpanFlags             = 16
-
-	fEventTime              = 1
-	fEventName              = 2
-	fEventAttributes        = 3
-	fEventDroppedAttributes = 4
-
-	fLinkTraceID           = 1
-	fLinkSpanID            = 2
-	fLinkAttributes        = 4
-	fLinkDroppedAttributes = 5
-	fLinkFlags             = 6
 
 	fStatusMessage = 2
 	fStatusCode    = 3
@@ -148,171 +166,40 @@ const (
 // encoder appends OTLP protobuf. A message's length is written after its
 // fields: one byte is reserved for it, and a longer length moves the fields
 // up by the bytes it needs.
-type encoder struct {
-	b      []byte
-	groups []group
-}
+type encoder struct{ b []byte }
 
-// group is the spans of one resource and instrumentation scope.
-type group struct {
-	res   *resource.Resource
-	scope instrumentation.Scope
-	spans []sdktrace.ReadOnlySpan
-}
-
-// resourceSpans encodes spans grouped as otlptrace's exporter groups them: a
-// ResourceSpans per resource (by its attributes), in it a ScopeSpans per
-// instrumentation scope. The result's bytes are enc's: valid until its next use.
-func (enc *encoder) resourceSpans(spans []sdktrace.ReadOnlySpan) []*tracepb.ResourceSpans {
-	enc.group(spans)
+// take returns a copy of what was encoded and empties the buffer.
+func (enc *encoder) take() []byte {
+	out := bytes.Clone(enc.b)
 	enc.b = enc.b[:0]
-	// Each resource's encoded ResourceSpans fields, end offsets in enc.b.
-	type piece struct{ start, end int }
-	var piecesArr [4]piece
-	pieces := piecesArr[:0]
-	for i := 0; i < len(enc.groups); {
-		res := enc.groups[i].res
-		start := len(enc.b)
-		if res != nil {
-			m := enc.open(fResourceSpansResource)
-			iter := res.Iter()
-			for iter.Next() {
-				enc.keyValue(fResourceAttributes, iter.Attribute())
-			}
-			enc.close(m)
-		}
-		j := i
-		for ; j < len(enc.groups) && sameResource(enc.groups[j].res, res); j++ {
-			enc.scopeSpans(&enc.groups[j])
-		}
-		if res != nil {
-			enc.str(fResourceSpansSchemaURL, res.SchemaURL())
-		}
-		pieces = append(pieces, piece{start, len(enc.b)})
-		i = j
-	}
-	// The unknown fields are set only now: enc.b has stopped moving.
-	out := make([]*tracepb.ResourceSpans, len(pieces))
-	for i, p := range pieces {
-		out[i] = &tracepb.ResourceSpans{}
-		out[i].ProtoReflect().SetUnknown(enc.b[p.start:p.end:p.end])
-	}
-	clear(enc.groups) // the spans are the batch processor's to free
-	enc.groups = enc.groups[:0]
 	return out
 }
 
-// group sorts spans into enc.groups, those of one resource next to each
-// other, keeping the spans' order within a group.
-func (enc *encoder) group(spans []sdktrace.ReadOnlySpan) {
-	for _, s := range spans {
-		if s == nil {
-			continue
-		}
-		res, scope := s.Resource(), s.InstrumentationScope()
-		at := -1
-		for i := range enc.groups {
-			if g := &enc.groups[i]; sameResource(g.res, res) {
-				at = i + 1 // after the last group of this resource
-				if g.scope == scope {
-					g.spans = append(g.spans, s)
-					at = -2
-					break
-				}
-			}
-		}
-		switch at {
-		case -2:
-		case -1:
-			enc.groups = append(enc.groups, group{res: res, scope: scope, spans: []sdktrace.ReadOnlySpan{s}})
-		default:
-			enc.groups = append(enc.groups, group{})
-			copy(enc.groups[at+1:], enc.groups[at:])
-			enc.groups[at] = group{res: res, scope: scope, spans: []sdktrace.ReadOnlySpan{s}}
-		}
-	}
-}
-
-// sameResource is otlptrace's test: the same attributes make the same resource.
-func sameResource(a, b *resource.Resource) bool {
-	if a == b {
-		return true
-	}
-	return a.Equivalent() == b.Equivalent()
-}
-
-func (enc *encoder) scopeSpans(g *group) {
-	m := enc.open(fResourceSpansScope)
-	if g.scope != (instrumentation.Scope{}) {
-		s := enc.open(fScopeSpansScope)
-		enc.str(fScopeName, g.scope.Name)
-		enc.str(fScopeVersion, g.scope.Version)
-		iter := g.scope.Attributes.Iter()
-		for iter.Next() {
-			enc.keyValue(fScopeAttributes, iter.Attribute())
-		}
-		enc.close(s)
-	}
-	for _, sd := range g.spans {
-		enc.span(sd)
-	}
-	enc.str(fScopeSpansSchemaURL, g.scope.SchemaURL)
-	enc.close(m)
-}
-
 // span writes what otlptrace's tracetransform makes of a span.
-func (enc *encoder) span(sd sdktrace.ReadOnlySpan) {
+func (enc *encoder) span(r *record) {
 	m := enc.open(fScopeSpansSpans)
-	sc := sd.SpanContext()
-	tid, sid := sc.TraceID(), sc.SpanID()
+	tid, sid := r.sc.TraceID(), r.sc.SpanID()
 	enc.bytes(fSpanTraceID, tid[:])
 	enc.bytes(fSpanSpanID, sid[:])
-	if ts := sc.TraceState(); ts.Len() > 0 {
+	if ts := r.sc.TraceState(); ts.Len() > 0 {
 		enc.str(fSpanTraceState, ts.String())
 	}
-	parent := sd.Parent()
-	if psid := parent.SpanID(); psid.IsValid() {
+	if psid := r.parent.SpanID(); psid.IsValid() {
 		enc.bytes(fSpanParentSpanID, psid[:])
 	}
-	enc.str(fSpanName, sd.Name())
-	enc.uint(fSpanKind, uint64(spanKind(sd.SpanKind())))
-	enc.fixed64(fSpanStart, unixNano(sd.StartTime().UnixNano()))
-	enc.fixed64(fSpanEnd, unixNano(sd.EndTime().UnixNano()))
-	for _, kv := range sd.Attributes() {
+	enc.str(fSpanName, r.name)
+	enc.uint(fSpanKind, uint64(spanKind(r.kind)))
+	enc.fixed64(fSpanStart, unixNano(r.start.UnixNano()))
+	enc.fixed64(fSpanEnd, unixNano(r.end.UnixNano()))
+	for _, kv := range r.kv {
 		enc.keyValue(fSpanAttributes, kv)
 	}
-	enc.uint(fSpanDroppedAttributes, clampUint32(sd.DroppedAttributes()))
-	for _, ev := range sd.Events() {
-		e := enc.open(fSpanEvents)
-		enc.fixed64(fEventTime, unixNano(ev.Time.UnixNano()))
-		enc.str(fEventName, ev.Name)
-		for _, kv := range ev.Attributes {
-			enc.keyValue(fEventAttributes, kv)
-		}
-		enc.uint(fEventDroppedAttributes, clampUint32(ev.DroppedAttributeCount))
-		enc.close(e)
-	}
-	enc.uint(fSpanDroppedEvents, clampUint32(sd.DroppedEvents()))
-	for _, l := range sd.Links() {
-		// As tracetransform: a link's trace state is not exported.
-		e := enc.open(fSpanLinks)
-		ltid, lsid := l.SpanContext.TraceID(), l.SpanContext.SpanID()
-		enc.bytes(fLinkTraceID, ltid[:])
-		enc.bytes(fLinkSpanID, lsid[:])
-		for _, kv := range l.Attributes {
-			enc.keyValue(fLinkAttributes, kv)
-		}
-		enc.uint(fLinkDroppedAttributes, clampUint32(l.DroppedAttributeCount))
-		enc.fixed32(fLinkFlags, spanFlags(l.SpanContext.TraceFlags(), l.SpanContext))
-		enc.close(e)
-	}
-	enc.uint(fSpanDroppedLinks, clampUint32(sd.DroppedLinks()))
-	st := sd.Status()
+	enc.uint(fSpanDroppedAttributes, clampUint32(r.dropped))
 	s := enc.open(fSpanStatus) // present even when unset, as tracetransform makes it
-	enc.str(fStatusMessage, st.Description)
-	enc.uint(fStatusCode, uint64(statusCode(st.Code)))
+	enc.str(fStatusMessage, r.status.Description)
+	enc.uint(fStatusCode, uint64(statusCode(r.status.Code)))
 	enc.close(s)
-	enc.fixed32(fSpanFlags, spanFlags(sc.TraceFlags(), parent))
+	enc.fixed32(fSpanFlags, spanFlags(r.sc.TraceFlags(), r.parent))
 	enc.close(m)
 }
 

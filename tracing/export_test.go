@@ -19,10 +19,8 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -108,18 +106,11 @@ func startGRPCCollector(t *testing.T) (*collector, string) {
 	return c, ln.Addr().String()
 }
 
-// testSpans are spans with every field an export carries: two resources,
-// two scopes of one of them, remote and local parents, a trace state, each
-// kind of attribute value, events, links, an error status and dropped
-// counts; then the spans a request makes through Tracer, failed ones
-// among them.
-func testSpans(t *testing.T) []sdktrace.ReadOnlySpan {
-	resA := resource.NewWithAttributes("https://opentelemetry.io/schemas/1.26.0",
-		attribute.String("service.name", "ctxproxy"), attribute.String("service.version", "v1"))
-	resB := resource.NewSchemaless(attribute.String("service.name", "other"), attribute.Int("shard", 3))
-	scope1 := instrumentation.Scope{Name: "github.com/ctxproxy/ctxproxy"}
-	scope2 := instrumentation.Scope{Name: "lib", Version: "1.2.3", SchemaURL: "https://example.com/s",
-		Attributes: attribute.NewSet(attribute.Bool("lib.x", true))}
+// testRecords are spans with every field an export carries: remote and
+// local parents, a trace state, each kind of attribute value, a repeated key,
+// an error status and dropped counts; then the spans a request makes through
+// Tracer, failed ones among them.
+func testRecords(t *testing.T) []*record {
 	ts, err := trace.ParseTraceState("vendor=abc,other=1")
 	if err != nil {
 		t.Fatal(err)
@@ -138,70 +129,71 @@ func testSpans(t *testing.T) []sdktrace.ReadOnlySpan {
 		attribute.Float64Slice("ds", []float64{1.5, 0}), attribute.ByteSlice("b", []byte{0, 1, 2}),
 		attribute.Slice("mixed", attribute.StringValue("a"), attribute.Int64Value(2), attribute.Value{}),
 		attribute.Map("m", attribute.String("k", "v"), attribute.Map("inner", attribute.Int("n", 1))),
-		attribute.KeyValue{Key: "nothing", Value: attribute.Value{}},
 		attribute.String("long", string(bytes.Repeat([]byte("x"), 300))),
 	}
-	stubs := tracetest.SpanStubs{
-		{
-			Name: "POST /v1/messages", SpanContext: sc(1, false, ts), Parent: sc(9, true, trace.TraceState{}),
-			SpanKind: trace.SpanKindServer, StartTime: start, EndTime: start.Add(3 * time.Millisecond),
-			Attributes: all, Status: sdktrace.Status{Code: codes.Error, Description: "request failed"},
-			DroppedAttributes: 2, DroppedEvents: 1, DroppedLinks: 3,
-			Events: []sdktrace.Event{
-				{Name: "exception", Time: start.Add(time.Millisecond), DroppedAttributeCount: 1,
-					Attributes: []attribute.KeyValue{attribute.String("exception.type", "io.EOF"), attribute.Int("n", 7)}},
-				{Name: "bare", Time: start.Add(2 * time.Millisecond)},
-			},
-			Links: []sdktrace.Link{{SpanContext: sc(7, true, ts), Attributes: []attribute.KeyValue{attribute.String("why", "batch")},
-				DroppedAttributeCount: 4}},
-			Resource: resA, InstrumentationScope: scope1,
-		},
-		{
-			Name: "chat claude-sonnet-4-5", SpanContext: sc(2, false, trace.TraceState{}), Parent: sc(1, false, ts),
-			SpanKind: trace.SpanKindClient, StartTime: start, EndTime: start.Add(time.Millisecond),
-			Attributes: []attribute.KeyValue{attribute.String(AttrErrorType, "overloaded_error")},
-			Status:     sdktrace.Status{Code: codes.Error, Description: "upstream answered an error"},
-			Resource:   resA, InstrumentationScope: scope2,
-		},
-		{Name: "unset", SpanKind: trace.SpanKindInternal, SpanContext: sc(3, false, trace.TraceState{}), StartTime: start,
-			EndTime: start, Status: sdktrace.Status{Code: codes.Ok}, Resource: resB, InstrumentationScope: scope1},
-		{Name: "no resource, no scope", SpanKind: trace.SpanKindProducer, SpanContext: sc(4, false, trace.TraceState{})},
-		{Name: "a", SpanKind: trace.SpanKindConsumer, SpanContext: sc(5, false, trace.TraceState{}), Resource: resA, InstrumentationScope: scope1},
+	recs := []*record{
+		{name: "POST /v1/messages", sc: sc(1, false, ts), parent: sc(9, true, trace.TraceState{}), kind: trace.SpanKindServer,
+			start: start, end: start.Add(3 * time.Millisecond), kv: all, dropped: 2,
+			status: sdktrace.Status{Code: codes.Error, Description: "request failed"}},
+		{name: "chat claude-sonnet-4-5", sc: sc(2, false, trace.TraceState{}), parent: sc(1, false, ts), kind: trace.SpanKindClient,
+			start: start, end: start.Add(time.Millisecond), kv: []attribute.KeyValue{attribute.String(AttrErrorType, "overloaded_error")},
+			status: sdktrace.Status{Code: codes.Error, Description: "upstream answered an error"}},
+		{name: "unset", kind: trace.SpanKindInternal, sc: sc(3, false, trace.TraceState{}), start: start, end: start,
+			status: sdktrace.Status{Code: codes.Ok}},
+		{name: "zero times", kind: trace.SpanKindProducer, sc: sc(4, false, trace.TraceState{})},
+		{name: "a", kind: trace.SpanKindConsumer, sc: sc(5, false, trace.TraceState{})},
 	}
-	spans := stubs.Snapshots()
 
 	// And what Tracer records for a request: its server span, a chat span
-	// that failed, a memory command.
-	mem := tracetest.NewInMemoryExporter()
-	tr := WithExporter(mem, sdktrace.WithResource(resA))
+	// that failed (with a key set twice: the last value is kept), a memory
+	// command.
+	got := &keptRecords{}
+	tr := newTracer(os.Getenv, got)
 	r := httptest.NewRequest("POST", "/v1/messages", nil)
 	r.Header.Set("Traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 	ctx, srv := tr.StartServer(r, "/v1/messages")
 	cctx, chat := tr.StartChat(ctx, ChatRequest{Model: "claude-sonnet-4-5", MaxTokens: 1024, Stream: true, Tenant: "acme",
 		PolicyMode: "enforce", Edits: []string{"clear_thinking_20251015"}, Round: 1})
 	chat.SetInput("msg_prev", `[{"role":"user","content":"hi"}]`)
+	chat.Set(attribute.String(AttrTenant, "acme-renamed"))
 	_, m := tr.StartMemory(cctx, "view")
 	m.EndMemory(true, 42)
 	chat.EndChat(ChatResponse{Status: 529, ID: "msg_1", Model: "claude-sonnet-4-5-20250929", StopReason: "end_turn",
 		InputTokens: 10, OutputTokens: 5, CacheRead: 100, AppliedEdits: []string{"clear_thinking_20251015"},
 		InputTransformations: []string{"compact:threshold"}, CostUSD: 0.0123})
 	srv.EndServer(502, "acme")
-	if err := tr.tp.ForceFlush(context.Background()); err != nil { // Shutdown would empty mem
+	if err := tr.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	got := mem.GetSpans()
-	tr.Shutdown(context.Background())
-	if len(got) != 3 {
-		t.Fatalf("the tracer recorded %d spans, want 3", len(got))
+	if len(got.rs) != 3 {
+		t.Fatalf("the tracer recorded %d spans, want 3", len(got.rs))
 	}
-	return append(spans, got.Snapshots()...)
+	return append(recs, got.rs...)
 }
+
+// keptRecords is an exporter that keeps what it is sent.
+type keptRecords struct {
+	mu sync.Mutex
+	rs []*record
+}
+
+func (k *keptRecords) export(_ context.Context, rs []*record) error {
+	k.mu.Lock()
+	k.rs = append(k.rs, rs...)
+	k.mu.Unlock()
+	return nil
+}
+
+func (k *keptRecords) shutdown(context.Context) error { return nil }
 
 // The exporter sends exactly what the SDK's OTLP exporter sends for the same
 // spans: both export to a collector, which decodes the requests, and the
 // two are compared field by field.
-func TestProtoExporterSendsWhatTheSDKExporterSends(t *testing.T) {
-	spans := testSpans(t)
+func TestOTLPExporterSendsWhatTheSDKExporterSends(t *testing.T) {
+	recs := testRecords(t)
+	resA := resource.NewWithAttributes("https://opentelemetry.io/schemas/1.26.0",
+		attribute.String("service.name", "ctxproxy"), attribute.String("service.version", "v1"))
+	resB := resource.NewSchemaless(attribute.String("service.name", "other"), attribute.Int("shard", 3))
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name   string
@@ -220,36 +212,39 @@ func TestProtoExporterSendsWhatTheSDKExporterSends(t *testing.T) {
 			return otlptracegrpc.NewClient(otlptracegrpc.WithEndpoint(addr), otlptracegrpc.WithInsecure()), c
 		}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			sdkClient, sdkGot := tc.client(t)
-			sdkExp, err := otlptrace.New(ctx, sdkClient)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ourClient, ourGot := tc.client(t)
-			ours, err := newProtoExporter(ctx, ourClient)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Twice: the second batch reuses the first one's buffer.
-			for range 2 {
-				if err := sdkExp.ExportSpans(ctx, spans); err != nil {
+		for _, res := range []*resource.Resource{resA, resB} {
+			t.Run(tc.name+" "+res.String(), func(t *testing.T) {
+				sdkClient, sdkGot := tc.client(t)
+				sdkOTLP, err := otlptrace.New(ctx, sdkClient)
+				if err != nil {
 					t.Fatal(err)
 				}
-				if err := ours.ExportSpans(ctx, spans); err != nil {
+				sdkExp := &sdkExporter{exp: sdkOTLP, res: res}
+				ourClient, ourGot := tc.client(t)
+				ours, err := newOTLPExporter(ctx, ourClient, res, scope)
+				if err != nil {
 					t.Fatal(err)
 				}
-			}
-			sdkExp.Shutdown(ctx)
-			ours.Shutdown(ctx)
-			want, got := sdkGot.got(t), ourGot.got(t)
-			if n := countSpans(got); n != 2*len(spans) {
-				t.Errorf("%d spans received, want %d", n, 2*len(spans))
-			}
-			if !proto.Equal(got, want) {
-				t.Errorf("exported\n%s\nwant what the SDK's exporter sent\n%s", prototext.Format(got), prototext.Format(want))
-			}
-		})
+				// Twice: the second batch reuses the first one's buffer.
+				for range 2 {
+					if err := sdkExp.export(ctx, recs); err != nil {
+						t.Fatal(err)
+					}
+					if err := ours.export(ctx, recs); err != nil {
+						t.Fatal(err)
+					}
+				}
+				sdkExp.shutdown(ctx)
+				ours.shutdown(ctx)
+				want, got := sdkGot.got(t), ourGot.got(t)
+				if n := countSpans(got); n != 2*len(recs) {
+					t.Errorf("%d spans received, want %d", n, 2*len(recs))
+				}
+				if !proto.Equal(got, want) {
+					t.Errorf("exported\n%s\nwant what the SDK's exporter sent\n%s", prototext.Format(got), prototext.Format(want))
+				}
+			})
+		}
 	}
 }
 
@@ -272,11 +267,11 @@ func TestFromEnvExporterHonoursTheOTLPVariables(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", url)
 	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-team=agents,authorization=Bearer%20t0k")
 	t.Setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
-	exp, err := newExporter(context.Background(), os.Getenv)
+	exp, err := newExporter(context.Background(), os.Getenv, resource.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := WithExporter(exp)
+	tr := newTracer(os.Getenv, exp)
 	_, sp := tr.StartServer(httptest.NewRequest("POST", "/v1/messages", nil), "/v1/messages")
 	sp.EndServer(200, "acme")
 	if err := tr.Shutdown(context.Background()); err != nil {
@@ -296,15 +291,15 @@ func TestFromEnvExporterHonoursTheOTLPVariables(t *testing.T) {
 
 // A string that is not UTF-8 would make a collector refuse the whole batch;
 // it goes out with U+FFFD in place of the bad bytes.
-func TestProtoExporterReplacesInvalidUTF8(t *testing.T) {
+func TestOTLPExporterReplacesInvalidUTF8(t *testing.T) {
 	c, url := startHTTPCollector(t)
-	exp, err := newProtoExporter(context.Background(), otlptracehttp.NewClient(otlptracehttp.WithEndpointURL(url)))
+	exp, err := newOTLPExporter(context.Background(), otlptracehttp.NewClient(otlptracehttp.WithEndpointURL(url)), resource.Empty(), scope)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer exp.Shutdown(context.Background())
-	span := tracetest.SpanStub{Name: "caf\xe9", Attributes: []attribute.KeyValue{attribute.String("k", "x\xffy")}}.Snapshot()
-	if err := exp.ExportSpans(context.Background(), []sdktrace.ReadOnlySpan{span}); err != nil {
+	defer exp.shutdown(context.Background())
+	r := &record{name: "caf\xe9", kv: []attribute.KeyValue{attribute.String("k", "x\xffy")}}
+	if err := exp.export(context.Background(), []*record{r}); err != nil {
 		t.Fatal(err)
 	}
 	s := c.got(t).ResourceSpans[0].ScopeSpans[0].Spans[0]
@@ -315,15 +310,15 @@ func TestProtoExporterReplacesInvalidUTF8(t *testing.T) {
 
 // BenchmarkExportBatch exports a batch of 512 spans (the batch processor's
 // default) of 256 requests to an OTLP/HTTP collector that drops them: the
-// SDK's exporter against protoExporter.
+// SDK's exporter against otlpExporter.
 func BenchmarkExportBatch(b *testing.B) {
 	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/x-protobuf")
 	}))
 	defer sink.Close()
-	mem := tracetest.NewInMemoryExporter()
-	tr := WithExporter(mem, sdktrace.WithResource(resource.Default()))
+	kept := &keptRecords{}
+	tr := newTracer(os.Getenv, kept)
 	r := httptest.NewRequest("POST", "/v1/messages", nil)
 	for range 256 {
 		ctx, srv := tr.StartServer(r, "/v1/messages")
@@ -334,19 +329,19 @@ func BenchmarkExportBatch(b *testing.B) {
 			AppliedEdits: []string{"clear_thinking_20251015"}, ClearedInput: 300, CostUSD: 0.0042})
 		srv.EndServer(200, "acme")
 	}
-	tr.tp.ForceFlush(context.Background())
-	spans := mem.GetSpans().Snapshots()
+	tr.Shutdown(context.Background())
+	recs := kept.rs
 	ctx := context.Background()
-	sdkExp, _ := otlptrace.New(ctx, otlptracehttp.NewClient(otlptracehttp.WithEndpointURL(sink.URL+"/v1/traces")))
-	ours, _ := newProtoExporter(ctx, otlptracehttp.NewClient(otlptracehttp.WithEndpointURL(sink.URL+"/v1/traces")))
+	sdkOTLP, _ := otlptrace.New(ctx, otlptracehttp.NewClient(otlptracehttp.WithEndpointURL(sink.URL+"/v1/traces")))
+	ours, _ := newOTLPExporter(ctx, otlptracehttp.NewClient(otlptracehttp.WithEndpointURL(sink.URL+"/v1/traces")), resource.Default(), scope)
 	for _, exp := range []struct {
 		name string
-		exp  sdktrace.SpanExporter
-	}{{"sdk", sdkExp}, {"proto", ours}} {
+		exp  exporter
+	}{{"sdk", &sdkExporter{exp: sdkOTLP, res: resource.Default()}}, {"otlp", ours}} {
 		b.Run(exp.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := exp.exp.ExportSpans(ctx, spans); err != nil {
+				if err := exp.exp.export(ctx, recs); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -356,7 +351,10 @@ func BenchmarkExportBatch(b *testing.B) {
 		b.ReportAllocs()
 		var enc encoder
 		for b.Loop() {
-			enc.resourceSpans(spans)
+			enc.b = enc.b[:0]
+			for _, r := range recs {
+				enc.span(r)
+			}
 		}
 		b.ReportMetric(float64(len(enc.b)), "bytes")
 	})

@@ -18,6 +18,7 @@ package tracing
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -25,7 +26,6 @@ import (
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -37,9 +37,9 @@ import (
 
 // Tracer starts ctxproxy's spans. A nil *Tracer is valid and does nothing.
 type Tracer struct {
-	tp   *sdktrace.TracerProvider
-	t    trace.Tracer
-	prop propagation.TextMapPropagator
+	sampler sdktrace.Sampler
+	batch   *batcher
+	prop    propagation.TextMapPropagator
 }
 
 // Enabled reports whether traces are exported.
@@ -61,10 +61,6 @@ func FromEnv(ctx context.Context, getenv Getenv, version string) (*Tracer, error
 	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
 		return nil, nil
 	}
-	exp, err := newExporter(ctx, getenv)
-	if err != nil {
-		return nil, err
-	}
 	// resource.Default read OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
 	// once for the process, at its first call (a test's, maybe): read now.
 	res, err := resource.Merge(resource.Default(), resource.EnvironmentWithContext(ctx))
@@ -78,28 +74,33 @@ func FromEnv(ctx context.Context, getenv Getenv, version string) (*Tracer, error
 		// resource.Default names an unnamed service "unknown_service:<binary>".
 		res, _ = resource.Merge(res, resource.NewSchemaless(attribute.String("service.name", "ctxproxy")))
 	}
-	return WithExporter(exp, sdktrace.WithResource(res)), nil
+	exp, err := newExporter(ctx, getenv, res)
+	if err != nil {
+		return nil, err
+	}
+	return newTracer(getenv, exp), nil
 }
 
-// WithExporter is the tracer that batches its spans to exp: FromEnv's, with the OTLP exporter
-// the OTEL_* variables describe and the service's resource (opts), and a benchmark's or test's
-// with an exporter of its own. Without a resource in opts its spans carry the SDK's default.
-func WithExporter(exp sdktrace.SpanExporter, opts ...sdktrace.TracerProviderOption) *Tracer {
-	// The sampler comes from OTEL_TRACES_SAMPLER (the SDK reads it), default
-	// parentbased_always_on: an agent's own sampled trace continues here.
-	tp := sdktrace.NewTracerProvider(append([]sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp)}, opts...)...)
+// WithExporter is the tracer that batches its spans to exp, configured by
+// the process's OTEL_* variables (sampler, batching, limits) and with the
+// SDK's default resource: a benchmark's or test's, with an exporter of its own.
+func WithExporter(exp sdktrace.SpanExporter) *Tracer {
+	return newTracer(os.Getenv, &sdkExporter{exp: exp, res: resource.Default()})
+}
+
+func newTracer(getenv Getenv, exp exporter) *Tracer {
 	return &Tracer{
-		tp:   tp,
-		t:    tp.Tracer("github.com/ctxproxy/ctxproxy"),
-		prop: propagation.TraceContext{},
+		sampler: samplerFromEnv(getenv),
+		batch:   newBatcher(exp, batchFromEnv(getenv), limitsFromEnv(getenv)),
+		prop:    propagation.TraceContext{},
 	}
 }
 
 // newExporter picks OTLP/HTTP protobuf or gRPC by OTEL_EXPORTER_OTLP_PROTOCOL
 // (the traces-specific variable first). Both clients read the endpoint,
 // headers, compression, TLS and timeout variables themselves; the spans are
-// encoded by protoExporter.
-func newExporter(ctx context.Context, getenv Getenv) (sdktrace.SpanExporter, error) {
+// encoded by otlpExporter.
+func newExporter(ctx context.Context, getenv Getenv, res *resource.Resource) (exporter, error) {
 	proto := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
 	if proto == "" {
 		proto = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
@@ -113,7 +114,7 @@ func newExporter(ctx context.Context, getenv Getenv) (sdktrace.SpanExporter, err
 	default:
 		return nil, fmt.Errorf("tracing: OTEL_EXPORTER_OTLP_PROTOCOL %q is not supported (use http/protobuf or grpc)", proto)
 	}
-	exp, err := newProtoExporter(ctx, client)
+	exp, err := newOTLPExporter(ctx, client, res, scope)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: OTLP %s exporter: %w", proto, err)
 	}
@@ -125,27 +126,26 @@ func (t *Tracer) Shutdown(ctx context.Context) error {
 	if t == nil {
 		return nil
 	}
-	if err := t.tp.Shutdown(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	if err := t.batch.Shutdown(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("tracing: shutdown: %w", err)
 	}
 	return nil
 }
 
-// The spans' kinds as start options made once: built per call, each would
-// cost the request an allocation.
-var (
-	serverKind   = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
-	clientKind   = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
-	internalKind = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
-)
+// Flush exports the spans ended so far.
+func (t *Tracer) Flush(ctx context.Context) error {
+	if t == nil {
+		return nil
+	}
+	return t.batch.Flush(ctx)
+}
 
 // StartServer starts the server span of one client request, continuing the
 // trace of an incoming traceparent.
 //
-// Spans start under a provisional name and without attributes; the full name
-// and the attributes are set only on a span that records. The samplers
-// OTEL_TRACES_SAMPLER can name decide on the trace ID and the parent alone,
-// so a configured tracer that does not sample a request builds nothing for it.
+// The sampler decides on the trace ID and the parent alone (as every sampler
+// OTEL_TRACES_SAMPLER can name does), so a configured tracer that does not
+// sample a request builds nothing for it: no name, no attributes, no record.
 func (t *Tracer) StartServer(r *http.Request, route string) (context.Context, Span) {
 	if t == nil {
 		return r.Context(), Span{}
@@ -154,18 +154,17 @@ func (t *Tracer) StartServer(r *http.Request, route string) (context.Context, Sp
 	if _, ok := r.Header["Traceparent"]; ok { // Extract finds nothing without it
 		ctx = t.prop.Extract(ctx, traceHeaders(r.Header))
 	}
-	ctx, sp := t.t.Start(ctx, route, serverKind...)
-	if !sp.IsRecording() {
-		return ctx, Span{sp: sp}
+	ctx, rec := t.start(ctx, route, trace.SpanKindServer)
+	if rec == nil {
+		return ctx, Span{}
 	}
-	sp.SetName(r.Method + " " + route)
-	s := Span{sp: sp, a: newSmallAttrs()}
-	s.a.add(
+	rec.name = r.Method + " " + route
+	rec.add(
 		attribute.String("http.request.method", r.Method),
 		attribute.String("http.route", route),
 		attribute.String("url.path", r.URL.Path),
 	)
-	return ctx, s
+	return ctx, Span{rec}
 }
 
 // StartChat starts the client span of one upstream Messages call:
@@ -178,13 +177,12 @@ func (t *Tracer) StartChat(ctx context.Context, req ChatRequest) (context.Contex
 	if op == "" {
 		op = OperationChat
 	}
-	ctx, sp := t.t.Start(ctx, op, clientKind...)
-	if !sp.IsRecording() {
-		return ctx, Span{sp: sp}
+	ctx, rec := t.start(ctx, op, trace.SpanKindClient)
+	if rec == nil {
+		return ctx, Span{}
 	}
-	sp.SetName(op + " " + req.Model)
-	s := Span{sp: sp, a: newChatAttrs()}
-	s.a.add(
+	rec.name = op + " " + req.Model
+	rec.add(
 		attribute.String(AttrProviderName, "anthropic"),
 		attribute.String(AttrOperationName, op),
 		attribute.String(AttrRequestModel, req.Model),
@@ -194,12 +192,12 @@ func (t *Tracer) StartChat(ctx context.Context, req ChatRequest) (context.Contex
 		attribute.Int(AttrMemoryRound, req.Round),
 	)
 	if req.MaxTokens > 0 {
-		s.a.add(attribute.Int64(AttrRequestMaxTokens, req.MaxTokens))
+		rec.add(attribute.Int64(AttrRequestMaxTokens, req.MaxTokens))
 	}
 	if len(req.Edits) > 0 {
-		s.a.add(attribute.StringSlice(AttrEditsWritten, req.Edits))
+		rec.add(attribute.StringSlice(AttrEditsWritten, req.Edits))
 	}
-	return ctx, s
+	return ctx, Span{rec}
 }
 
 // StartMemory starts the span of one memory command run by the proxy.
@@ -207,14 +205,13 @@ func (t *Tracer) StartMemory(ctx context.Context, command string) (context.Conte
 	if t == nil {
 		return ctx, Span{}
 	}
-	ctx, sp := t.t.Start(ctx, "memory", internalKind...)
-	if !sp.IsRecording() {
-		return ctx, Span{sp: sp}
+	ctx, rec := t.start(ctx, "memory", trace.SpanKindInternal)
+	if rec == nil {
+		return ctx, Span{}
 	}
-	sp.SetName("memory " + command)
-	s := Span{sp: sp, a: newSmallAttrs()}
-	s.a.add(attribute.String(AttrMemoryCommand, command))
-	return ctx, s
+	rec.name = "memory " + command
+	rec.add(attribute.String(AttrMemoryCommand, command))
+	return ctx, Span{rec}
 }
 
 // Inject writes the traceparent of the span in ctx into h, so the upstream
@@ -222,10 +219,44 @@ func (t *Tracer) StartMemory(ctx context.Context, command string) (context.Conte
 // hop of the trace: nothing is written, and the client's traceparent, if it
 // sent one, goes upstream as it came.
 func (t *Tracer) Inject(ctx context.Context, h http.Header) {
-	if !t.Sampled(ctx) {
-		return
+	if sc := trace.SpanContextFromContext(ctx); t != nil && sc.IsSampled() {
+		setTraceparent(h, sc)
 	}
-	t.prop.Inject(ctx, traceHeaders(h))
+}
+
+// WithTraceparent is h with the traceparent Inject would write: h itself
+// when there is none to write, else a copy, for h is shared (an exchange's
+// upstream header serves each of its calls). The copy shares h's values,
+// capped so that an append to one of them cannot write into h's.
+func (t *Tracer) WithTraceparent(ctx context.Context, h http.Header) http.Header {
+	sc := trace.SpanContextFromContext(ctx)
+	if t == nil || !sc.IsSampled() {
+		return h
+	}
+	out := make(http.Header, len(h)+2)
+	for k, v := range h {
+		out[k] = v[:len(v):len(v)]
+	}
+	setTraceparent(out, sc)
+	return out
+}
+
+// setTraceparent writes sc as the W3C trace context headers, as the
+// propagator writes them (version 00, the sampled and random flags), with
+// the header names already canonical.
+func setTraceparent(h http.Header, sc trace.SpanContext) {
+	if ts := sc.TraceState().String(); ts != "" {
+		h["Tracestate"] = []string{ts}
+	}
+	var b [55]byte
+	tid, sid := sc.TraceID(), sc.SpanID()
+	copy(b[:], "00-")
+	hex.Encode(b[3:35], tid[:])
+	b[35] = '-'
+	hex.Encode(b[36:52], sid[:])
+	b[52] = '-'
+	hex.Encode(b[53:55], []byte{byte(sc.TraceFlags() & (trace.FlagsSampled | trace.FlagsRandom))})
+	h["Traceparent"] = []string{string(b[:])}
 }
 
 // traceHeaders is a request's headers as the W3C propagator reads and
@@ -253,85 +284,3 @@ func (h traceHeaders) Get(key string) string {
 func (h traceHeaders) Set(key, value string) { h[canonicalTraceHeader(key)] = []string{value} }
 
 func (h traceHeaders) Keys() []string { return propagation.HeaderCarrier(h).Keys() }
-
-// Sampled reports whether Inject would write a traceparent for ctx, so a
-// caller can skip copying headers for it.
-func (t *Tracer) Sampled(ctx context.Context) bool {
-	return t != nil && trace.SpanContextFromContext(ctx).IsSampled()
-}
-
-// Span is a started span; the zero Span (tracing off) ignores every call.
-//
-// A recording span's attributes are gathered in a and handed to the SDK in
-// one call when it ends: the SDK grows its copy of them on every call, and
-// a call through its interface puts the attributes passed on the heap.
-type Span struct {
-	sp trace.Span
-	a  *attrs // nil unless the span records
-}
-
-// attrs are a span's attributes not yet given to the SDK.
-type attrs struct{ kv []attribute.KeyValue }
-
-// add appends kv (which does not escape: a call needs no slice of its own).
-func (a *attrs) add(kv ...attribute.KeyValue) { a.kv = append(a.kv, kv...) }
-
-// A chat span records 21 attributes on a usual reply (a threaded request, a
-// transformation or an error one more each; a tenant's content two, and its
-// buffer grows), a server or memory span up to 6: each kind's buffer is one
-// allocation, the attrs and their array together.
-type (
-	chatAttrs struct {
-		attrs
-		arr [24]attribute.KeyValue
-	}
-	smallAttrs struct {
-		attrs
-		arr [6]attribute.KeyValue
-	}
-)
-
-func newChatAttrs() *attrs {
-	c := new(chatAttrs)
-	c.kv = c.arr[:0]
-	return &c.attrs
-}
-
-func newSmallAttrs() *attrs {
-	c := new(smallAttrs)
-	c.kv = c.arr[:0]
-	return &c.attrs
-}
-
-// Recording reports whether attributes set on the span are kept; callers
-// skip building attributes when not.
-func (s Span) Recording() bool { return s.a != nil && s.sp.IsRecording() }
-
-// Set adds attributes.
-func (s Span) Set(kv ...attribute.KeyValue) {
-	if s.a != nil {
-		s.a.add(kv...)
-	}
-}
-
-// Fail marks the span as failed with an error.type (the API's error type or
-// a short cause; never a key or a host path).
-func (s Span) Fail(errType, msg string) {
-	if s.a == nil {
-		return
-	}
-	s.a.add(attribute.String(AttrErrorType, errType))
-	s.sp.SetStatus(codes.Error, msg)
-}
-
-// End ends the span.
-func (s Span) End() {
-	if s.sp == nil {
-		return
-	}
-	if s.a != nil && len(s.a.kv) > 0 {
-		s.sp.SetAttributes(s.a.kv...) // copied: the SDK keeps no reference to s.a
-		s.a.kv = s.a.kv[:0]           // a second End adds nothing
-	}
-	s.sp.End()
-}
