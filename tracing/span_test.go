@@ -34,7 +34,7 @@ const (
 
 func TestSamplerFromEnv(t *testing.T) {
 	for _, tc := range []struct {
-		name, sampler, arg string
+		name, sampler, arg                       string
 		noParent, sampledParent, unsampledParent bool
 	}{
 		{"unset is parentbased_always_on", "", "", true, true, false},
