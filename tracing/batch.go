@@ -3,6 +3,7 @@ package tracing
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,20 +15,26 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
-// batcher queues ended spans and exports them in batches, as the SDK's batch
-// span processor does and configured by the same OTEL_BSP_* variables, but
-// without waking its goroutine for every span: a span is appended under a
-// lock, and the goroutine is woken when a batch is full, on the schedule
-// delay, or to flush. A span that finds the queue full is dropped (counted).
+// batcher gathers ended spans into batches and exports them, as the SDK's
+// batch span processor does and configured by the same OTEL_BSP_* variables,
+// with two differences that are its reason to be. A span joins its batch
+// when it ends, on the request's goroutine, in the form the exporter sends
+// (OTLP's: encoded), so no span is kept alive until its export and the
+// record is reused at once. And the batch goroutine is woken when a batch is
+// full, on the schedule delay, or to flush, not for every span. A span that
+// finds OTEL_BSP_MAX_QUEUE_SIZE spans waiting is dropped (counted, reported
+// at the next export).
 type batcher struct {
 	exp    exporter
 	cfg    batchConfig
 	limits spanLimits
 
-	mu    sync.Mutex
-	queue []*record
-	spare []*record // the queue's other buffer, while not being exported
-	full  chan struct{}
+	mu      sync.Mutex
+	cur     batch   // filling
+	ready   []batch // full, waiting for the goroutine
+	free    []batch
+	waiting int // spans in cur and ready
+	wake    chan struct{}
 
 	flush   chan chan struct{}
 	stop    chan struct{}
@@ -36,15 +43,25 @@ type batcher struct {
 	dropped atomic.Int64
 }
 
-// exporter sends a batch of ended spans: OTLP's (otlpExporter) or any of
-// the SDK's exporters (sdkExporter, a test's or a benchmark's).
+// exporter sends batches of ended spans: OTLP's (otlpExporter) or any of the
+// SDK's exporters (sdkExporter, a test's or a benchmark's).
 type exporter interface {
-	export(ctx context.Context, rs []*record) error
+	newBatch() batch
+	export(ctx context.Context, b batch) error
 	shutdown(ctx context.Context) error
 }
 
+// batch is spans as an exporter sends them.
+type batch interface {
+	// add takes what it needs of r, whose attributes are final: r is reused
+	// when add returns.
+	add(r *record)
+	len() int
+	reset()
+}
+
 // batchConfig is OTEL_BSP_*: the delay between two exports, an export's
-// timeout, the queue's and a batch's size.
+// timeout, how many spans may wait and how many an export sends.
 type batchConfig struct {
 	delay, timeout   time.Duration
 	maxQueue, maxOut int
@@ -53,9 +70,8 @@ type batchConfig struct {
 func newBatcher(exp exporter, cfg batchConfig, limits spanLimits) *batcher {
 	b := &batcher{
 		exp: exp, cfg: cfg, limits: limits,
-		queue: make([]*record, 0, cfg.maxQueue),
-		spare: make([]*record, 0, cfg.maxQueue),
-		full:  make(chan struct{}, 1),
+		cur:   exp.newBatch(),
+		wake:  make(chan struct{}, 1),
 		flush: make(chan chan struct{}),
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
@@ -67,26 +83,44 @@ func newBatcher(exp exporter, cfg batchConfig, limits spanLimits) *batcher {
 // scope is the instrumentation scope of every span.
 var scope = instrumentation.Scope{Name: "github.com/ctxproxy/ctxproxy"}
 
-// add queues an ended span.
+// add puts an ended span in the batch being filled, its attributes as the
+// SDK would have kept them: de-duplicated (the last value of a key wins),
+// within the limits. r is free when it returns.
 func (b *batcher) add(r *record) {
 	if b.stopped.Load() {
 		return
 	}
+	r.kv, r.dropped = b.limits.apply(dedupe(r.kv))
 	b.mu.Lock()
-	if len(b.queue) >= b.cfg.maxQueue {
+	if b.waiting >= b.cfg.maxQueue {
 		b.mu.Unlock()
 		b.dropped.Add(1)
 		return
 	}
-	b.queue = append(b.queue, r)
-	n := len(b.queue)
+	b.cur.add(r)
+	b.waiting++
+	full := b.cur.len() >= b.cfg.maxOut
+	if full {
+		b.ready = append(b.ready, b.cur)
+		b.cur = b.freeBatch()
+	}
 	b.mu.Unlock()
-	if n >= b.cfg.maxOut {
+	if full {
 		select {
-		case b.full <- struct{}{}:
+		case b.wake <- struct{}{}:
 		default: // already woken
 		}
 	}
+}
+
+// freeBatch is an empty batch; b.mu is held.
+func (b *batcher) freeBatch() batch {
+	if n := len(b.free); n > 0 {
+		fb := b.free[n-1]
+		b.free = b.free[:n-1]
+		return fb
+	}
+	return b.exp.newBatch()
 }
 
 func (b *batcher) run() {
@@ -95,15 +129,17 @@ func (b *batcher) run() {
 	defer timer.Stop()
 	for {
 		var ack chan struct{}
+		all := true // the schedule, a flush and the stop take the batch being filled too
 		select {
-		case <-b.full:
+		case <-b.wake:
+			all = false
 		case <-timer.C:
 		case ack = <-b.flush:
 		case <-b.stop:
-			b.exportQueued()
+			b.exportWaiting(true)
 			return
 		}
-		b.exportQueued()
+		b.exportWaiting(all)
 		if ack != nil {
 			close(ack)
 		}
@@ -111,34 +147,32 @@ func (b *batcher) run() {
 	}
 }
 
-// exportQueued exports every span queued, a batch at a time.
-func (b *batcher) exportQueued() {
+// exportWaiting exports the full batches, and with all the one being filled.
+func (b *batcher) exportWaiting(all bool) {
 	b.mu.Lock()
-	out := b.queue
-	b.queue, b.spare = b.spare, nil
-	b.mu.Unlock()
-	for i := 0; i < len(out); i += b.cfg.maxOut {
-		b.export(out[i:min(i+b.cfg.maxOut, len(out))])
+	if all && b.cur.len() > 0 {
+		b.ready = append(b.ready, b.cur)
+		b.cur = b.freeBatch()
 	}
-	clear(out) // the records go with the batch
+	out := b.ready
+	b.ready = nil
+	for _, o := range out {
+		b.waiting -= o.len()
+	}
+	b.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.timeout)
+	defer cancel()
+	for _, o := range out {
+		if err := b.exp.export(ctx, o); err != nil {
+			otel.Handle(err)
+		}
+		o.reset()
+	}
 	b.mu.Lock()
-	b.spare = out[:0]
+	b.free = append(b.free, out...)
 	b.mu.Unlock()
 	if n := b.dropped.Swap(0); n > 0 {
 		otel.Handle(fmt.Errorf("traces: %d spans dropped, the export queue (OTEL_BSP_MAX_QUEUE_SIZE %d) was full", n, b.cfg.maxQueue))
-	}
-}
-
-// export sends one batch, each span's attributes as the SDK would have kept
-// them: de-duplicated (the last value of a key wins), within the limits.
-func (b *batcher) export(rs []*record) {
-	for _, r := range rs {
-		r.kv, r.dropped = b.limits.apply(dedupe(r.kv))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.timeout)
-	defer cancel()
-	if err := b.exp.export(ctx, rs); err != nil {
-		otel.Handle(err)
 	}
 }
 
@@ -160,8 +194,8 @@ func (b *batcher) Flush(ctx context.Context) error {
 	}
 }
 
-// Shutdown exports what is queued and stops the exporter; spans ended after
-// it are dropped.
+// Shutdown exports what is waiting and stops the exporter; spans ended
+// after it are dropped.
 func (b *batcher) Shutdown(ctx context.Context) error {
 	if b.stopped.Swap(true) {
 		return nil
@@ -178,23 +212,30 @@ func (b *batcher) Shutdown(ctx context.Context) error {
 // sdkExporter hands spans to one of the SDK's exporters, as the SDK's own
 // snapshots (tracetest's SpanStub is their public constructor).
 type sdkExporter struct {
-	exp   sdktrace.SpanExporter
+	exp sdktrace.SpanExporter
+	res *resource.Resource
+}
+
+type sdkBatch struct {
 	res   *resource.Resource
 	spans []sdktrace.ReadOnlySpan
 }
 
-func (e *sdkExporter) export(ctx context.Context, rs []*record) error {
-	e.spans = e.spans[:0]
-	for _, r := range rs {
-		e.spans = append(e.spans, tracetest.SpanStub{
-			Name: r.name, SpanContext: r.sc, Parent: r.parent, SpanKind: r.kind,
-			StartTime: r.start, EndTime: r.end, Attributes: r.kv, DroppedAttributes: r.dropped, Status: r.status,
-			Resource: e.res, InstrumentationScope: scope,
-		}.Snapshot())
-	}
-	err := e.exp.ExportSpans(ctx, e.spans)
-	clear(e.spans)
-	return err
+func (s *sdkBatch) add(r *record) {
+	s.spans = append(s.spans, tracetest.SpanStub{
+		Name: r.name, SpanContext: r.sc, Parent: r.parent, SpanKind: r.kind,
+		StartTime: r.start, EndTime: r.end, Attributes: slices.Clone(r.kv), DroppedAttributes: r.dropped,
+		Status: r.status, Resource: s.res, InstrumentationScope: scope,
+	}.Snapshot())
+}
+
+func (s *sdkBatch) len() int { return len(s.spans) }
+func (s *sdkBatch) reset()   { clear(s.spans); s.spans = s.spans[:0] }
+
+func (e *sdkExporter) newBatch() batch { return &sdkBatch{res: e.res} }
+
+func (e *sdkExporter) export(ctx context.Context, b batch) error {
+	return e.exp.ExportSpans(ctx, b.(*sdkBatch).spans)
 }
 
 func (e *sdkExporter) shutdown(ctx context.Context) error { return e.exp.Shutdown(ctx) }

@@ -40,7 +40,7 @@ type otlpExporter struct {
 	// and scope the ScopeSpans' scope field: the same for every batch,
 	// encoded once.
 	head, scope, scopeTail, tail []byte
-	enc                          encoder // the batch goroutine's
+	enc                          encoder // the batch goroutine's, for the whole message
 }
 
 func newOTLPExporter(ctx context.Context, client otlptrace.Client, res *resource.Resource, scope instrumentation.Scope) (*otlpExporter, error) {
@@ -76,20 +76,38 @@ func newOTLPExporter(ctx context.Context, client otlptrace.Client, res *resource
 	return e, nil
 }
 
-// export uploads rs as one ResourceSpans.
-func (e *otlpExporter) export(ctx context.Context, rs []*record) error {
-	if len(rs) == 0 {
+// otlpBatch is spans encoded as ScopeSpans.spans fields.
+type otlpBatch struct {
+	enc encoder
+	n   int
+}
+
+func (o *otlpBatch) add(r *record) { o.enc.span(r); o.n++ }
+func (o *otlpBatch) len() int      { return o.n }
+
+func (o *otlpBatch) reset() {
+	o.n = 0
+	o.enc.b = o.enc.b[:0]
+	if cap(o.enc.b) > maxKeptBuffer {
+		o.enc.b = nil
+	}
+}
+
+func (e *otlpExporter) newBatch() batch { return &otlpBatch{} }
+
+// export uploads a batch as one ResourceSpans.
+func (e *otlpExporter) export(ctx context.Context, b batch) error {
+	spans := b.(*otlpBatch).enc.b
+	if len(spans) == 0 {
 		return nil
 	}
 	enc := &e.enc
 	enc.b = append(enc.b[:0], e.head...)
-	m := enc.open(fResourceSpansScope)
+	enc.b = protowire.AppendTag(enc.b, fResourceSpansScope, protowire.BytesType)
+	enc.b = protowire.AppendVarint(enc.b, uint64(len(e.scope)+len(spans)+len(e.scopeTail)))
 	enc.b = append(enc.b, e.scope...)
-	for _, r := range rs {
-		enc.span(r)
-	}
+	enc.b = append(enc.b, spans...)
 	enc.b = append(enc.b, e.scopeTail...)
-	enc.close(m)
 	enc.b = append(enc.b, e.tail...)
 	msg := &tracepb.ResourceSpans{}
 	msg.ProtoReflect().SetUnknown(enc.b)

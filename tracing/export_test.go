@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -171,20 +172,40 @@ func testRecords(t *testing.T) []*record {
 	return append(recs, got.rs...)
 }
 
-// keptRecords is an exporter that keeps what it is sent.
+// keptRecords is an exporter that keeps a copy of each span it is sent.
 type keptRecords struct {
 	mu sync.Mutex
 	rs []*record
 }
 
-func (k *keptRecords) export(_ context.Context, rs []*record) error {
+type recordBatch []*record
+
+func (b *recordBatch) add(r *record) {
+	*b = append(*b, &record{name: r.name, sc: r.sc, parent: r.parent, kind: r.kind, start: r.start, end: r.end,
+		status: r.status, kv: slices.Clone(r.kv), dropped: r.dropped})
+}
+func (b *recordBatch) len() int { return len(*b) }
+func (b *recordBatch) reset()   { *b = nil }
+
+func (k *keptRecords) newBatch() batch { return &recordBatch{} }
+
+func (k *keptRecords) export(_ context.Context, b batch) error {
 	k.mu.Lock()
-	k.rs = append(k.rs, rs...)
+	k.rs = append(k.rs, *b.(*recordBatch)...)
 	k.mu.Unlock()
 	return nil
 }
 
 func (k *keptRecords) shutdown(context.Context) error { return nil }
+
+// batchOf is rs as exp batches them.
+func batchOf(exp exporter, rs []*record) batch {
+	b := exp.newBatch()
+	for _, r := range rs {
+		b.add(r)
+	}
+	return b
+}
 
 // The exporter sends exactly what the SDK's OTLP exporter sends for the same
 // spans: both export to a collector, which decodes the requests, and the
@@ -227,10 +248,10 @@ func TestOTLPExporterSendsWhatTheSDKExporterSends(t *testing.T) {
 				}
 				// Twice: the second batch reuses the first one's buffer.
 				for range 2 {
-					if err := sdkExp.export(ctx, recs); err != nil {
+					if err := sdkExp.export(ctx, batchOf(sdkExp, recs)); err != nil {
 						t.Fatal(err)
 					}
-					if err := ours.export(ctx, recs); err != nil {
+					if err := ours.export(ctx, batchOf(ours, recs)); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -299,7 +320,7 @@ func TestOTLPExporterReplacesInvalidUTF8(t *testing.T) {
 	}
 	defer exp.shutdown(context.Background())
 	r := &record{name: "caf\xe9", kv: []attribute.KeyValue{attribute.String("k", "x\xffy")}}
-	if err := exp.export(context.Background(), []*record{r}); err != nil {
+	if err := exp.export(context.Background(), batchOf(exp, []*record{r})); err != nil {
 		t.Fatal(err)
 	}
 	s := c.got(t).ResourceSpans[0].ScopeSpans[0].Spans[0]
@@ -340,10 +361,15 @@ func BenchmarkExportBatch(b *testing.B) {
 	}{{"sdk", &sdkExporter{exp: sdkOTLP, res: resource.Default()}}, {"otlp", ours}} {
 		b.Run(exp.name, func(b *testing.B) {
 			b.ReportAllocs()
+			batch := exp.exp.newBatch()
 			for b.Loop() {
-				if err := exp.exp.export(ctx, recs); err != nil {
+				for _, r := range recs {
+					batch.add(r)
+				}
+				if err := exp.exp.export(ctx, batch); err != nil {
 					b.Fatal(err)
 				}
+				batch.reset()
 			}
 		})
 	}

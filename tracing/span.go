@@ -3,6 +3,8 @@ package tracing
 import (
 	"context"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -13,16 +15,17 @@ import (
 
 // A span is recorded here, not by the SDK's TracerProvider: the SDK's span
 // is an allocation, its attributes a growing slice and a map to de-duplicate
-// them at its end, then a snapshot and a wake of the batch goroutine, about
-// 15 µs of CPU for a request's two spans, a third of what tracing every
-// request cost the proxy. A record is one allocation, filled in place and
-// handed to the batcher as it is; the SDK's pieces are kept where they are
-// not per span: its samplers decide, its OTLP clients upload, and a record
-// becomes the SDK's ReadOnlySpan only at export, on the batch goroutine.
+// them at its end, then a snapshot kept until its batch is exported and a
+// wake of the batch goroutine; for a request's two spans that was about a
+// third of what tracing every request cost the proxy. A record is reused,
+// filled in place, and at its end encoded into its batch (batch.go) and
+// reused again. The SDK's pieces are kept where they are not per span: its
+// samplers decide, its OTLP clients upload, and its exporters can be given
+// the spans (a test's).
 
-// record is one sampled span from its start to its export. It belongs to the
-// request's goroutine until End hands it to the batcher, and is only read
-// after that.
+// record is one sampled span from its start to its end. It belongs to the
+// request's goroutine, which hands it to the batcher and back to its pool at
+// End; gen tells a Span that its record has moved on.
 type record struct {
 	t      *Tracer
 	sc     trace.SpanContext
@@ -32,16 +35,18 @@ type record struct {
 	start  time.Time
 	end    time.Time
 	status sdktrace.Status
-	ended  bool
 	kv     []attribute.KeyValue
-	// dropped counts the attributes the limits left out, set at export.
+	// dropped counts the attributes the limits left out, set at the end.
 	dropped int
+	gen     atomic.Uint64        // odd while the span is open
+	buf     []attribute.KeyValue // the inline array, which kv starts as
+	pool    *sync.Pool
 }
 
 // A chat span records 21 attributes on a usual reply (a threaded request, a
 // transformation or an error one more each; a tenant's content two, and kv
-// grows), a server or memory span up to 6: a record and its attributes are
-// one allocation of the size its kind needs.
+// grows), a server or memory span up to 6: a record carries an array of the
+// size its kind needs.
 type (
 	chatRecord struct {
 		record
@@ -53,15 +58,34 @@ type (
 	}
 )
 
+var (
+	chatRecords  = sync.Pool{New: func() any { c := new(chatRecord); c.buf = c.arr[:]; return &c.record }}
+	smallRecords = sync.Pool{New: func() any { c := new(smallRecord); c.buf = c.arr[:]; return &c.record }}
+)
+
 func newRecord(chat bool) *record {
+	pool := &smallRecords
 	if chat {
-		c := new(chatRecord)
-		c.kv = c.arr[:0]
-		return &c.record
+		pool = &chatRecords
 	}
-	c := new(smallRecord)
-	c.kv = c.arr[:0]
-	return &c.record
+	r := pool.Get().(*record)
+	r.pool = pool
+	r.kv = r.buf[:0]
+	r.gen.Add(1) // open
+	return r
+}
+
+// free returns r to its pool, every reference it held cleared.
+func (r *record) free() {
+	r.gen.Add(1) // closed: a Span still holding r ignores every call
+	clear(r.kv)
+	if len(r.kv) > 0 && &r.kv[0] != &r.buf[0] { // kv outgrew the array, which holds its first attributes
+		clear(r.buf)
+	}
+	buf, pool, gen := r.buf, r.pool, r.gen.Load()
+	*r = record{buf: buf}
+	r.gen.Store(gen)
+	pool.Put(r)
 }
 
 // start begins the span name of kind under ctx's span, if the sampler
@@ -120,20 +144,13 @@ func newSpanID() trace.SpanID {
 }
 
 // add appends attributes (kv does not escape: a call needs no slice of its own).
-func (r *record) add(kv ...attribute.KeyValue) {
-	if !r.ended {
-		r.kv = append(r.kv, kv...)
-	}
-}
+func (r *record) add(kv ...attribute.KeyValue) { r.kv = append(r.kv, kv...) }
 
-// finish ends the span and hands it to the batcher; a second call does nothing.
+// finish ends the span: it joins its batch and r is free.
 func (r *record) finish() {
-	if r.ended {
-		return
-	}
 	r.end = time.Now()
-	r.ended = true
 	r.t.batch.add(r)
+	r.free()
 }
 
 // dedupe keeps the last value of each key, in the order keys first came. A
@@ -160,33 +177,45 @@ func dedupe(kv []attribute.KeyValue) []attribute.KeyValue {
 }
 
 // Span is a started span; the zero Span (tracing off, or a span the sampler
-// left out) ignores every call.
-type Span struct{ r *record }
+// left out) ignores every call, as does a Span once ended.
+type Span struct {
+	r   *record
+	gen uint64
+}
+
+func spanOf(r *record) Span { return Span{r: r, gen: r.gen.Load()} }
+
+// rec is the span's record while the span is open, else nil.
+func (s Span) rec() *record {
+	if s.r == nil || s.r.gen.Load() != s.gen {
+		return nil
+	}
+	return s.r
+}
 
 // Recording reports whether attributes set on the span are kept; callers
 // skip building attributes when not.
-func (s Span) Recording() bool { return s.r != nil && !s.r.ended }
+func (s Span) Recording() bool { return s.rec() != nil }
 
 // Set adds attributes.
 func (s Span) Set(kv ...attribute.KeyValue) {
-	if s.r != nil {
-		s.r.add(kv...)
+	if r := s.rec(); r != nil {
+		r.add(kv...)
 	}
 }
 
 // Fail marks the span as failed with an error.type (the API's error type or
 // a short cause; never a key or a host path).
 func (s Span) Fail(errType, msg string) {
-	if s.r == nil || s.r.ended {
-		return
+	if r := s.rec(); r != nil {
+		r.add(attribute.String(AttrErrorType, errType))
+		r.status = sdktrace.Status{Code: codes.Error, Description: msg}
 	}
-	s.r.add(attribute.String(AttrErrorType, errType))
-	s.r.status = sdktrace.Status{Code: codes.Error, Description: msg}
 }
 
 // End ends the span; a second End does nothing.
 func (s Span) End() {
-	if s.r != nil {
-		s.r.finish()
+	if r := s.rec(); r != nil {
+		r.finish()
 	}
 }

@@ -209,10 +209,10 @@ type blockingExporter struct {
 	once    sync.Once
 }
 
-func (b *blockingExporter) export(ctx context.Context, rs []*record) error {
+func (b *blockingExporter) export(ctx context.Context, bt batch) error {
 	b.once.Do(func() { close(b.started) })
 	<-b.release
-	return b.keptRecords.export(ctx, rs)
+	return b.keptRecords.export(ctx, bt)
 }
 
 func TestBatcher(t *testing.T) {
@@ -261,4 +261,33 @@ func TestBatcher(t *testing.T) {
 			t.Errorf("after Shutdown %d spans exported, want 2", len(kept.rs))
 		}
 	})
+}
+
+// A record is reused once its span ends: a Span kept past its End must not
+// reach the span that reuses it.
+func TestASpanEndedTouchesNothing(t *testing.T) {
+	kept := &keptRecords{}
+	tr := newTracer(envOf(nil), kept)
+	_, a := tr.StartMemory(context.Background(), "view")
+	a.End()
+	for range 3 { // whichever record the pool hands out
+		_, b := tr.StartMemory(context.Background(), "create")
+		a.Set(attribute.String("stale", "x"))
+		a.Fail("stale", "x")
+		if a.Recording() {
+			t.Error("an ended span says it records")
+		}
+		a.End()
+		b.EndMemory(true, 1)
+	}
+	tr.Shutdown(context.Background())
+	if len(kept.rs) != 4 {
+		t.Fatalf("%d spans exported, want 4", len(kept.rs))
+	}
+	for _, r := range kept.rs[1:] {
+		if r.name != "memory create" || r.status.Code != 0 || fmt.Sprint(r.kv) != fmt.Sprint([]attribute.KeyValue{
+			attribute.String(AttrMemoryCommand, "create"), attribute.String(AttrMemoryResult, "ok"), attribute.Int(AttrMemoryBytes, 1)}) {
+			t.Errorf("span %s: %v, status %v", r.name, r.kv, r.status)
+		}
+	}
 }

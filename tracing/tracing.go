@@ -164,7 +164,7 @@ func (t *Tracer) StartServer(r *http.Request, route string) (context.Context, Sp
 		attribute.String("http.route", route),
 		attribute.String("url.path", r.URL.Path),
 	)
-	return ctx, Span{rec}
+	return ctx, spanOf(rec)
 }
 
 // StartChat starts the client span of one upstream Messages call:
@@ -197,7 +197,7 @@ func (t *Tracer) StartChat(ctx context.Context, req ChatRequest) (context.Contex
 	if len(req.Edits) > 0 {
 		rec.add(attribute.StringSlice(AttrEditsWritten, req.Edits))
 	}
-	return ctx, Span{rec}
+	return ctx, spanOf(rec)
 }
 
 // StartMemory starts the span of one memory command run by the proxy.
@@ -211,7 +211,7 @@ func (t *Tracer) StartMemory(ctx context.Context, command string) (context.Conte
 	}
 	rec.name = "memory " + command
 	rec.add(attribute.String(AttrMemoryCommand, command))
-	return ctx, Span{rec}
+	return ctx, spanOf(rec)
 }
 
 // Inject writes the traceparent of the span in ctx into h, so the upstream
