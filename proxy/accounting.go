@@ -89,6 +89,7 @@ func (x *exchange) shadowCall(c *tokens.Call) {
 		return
 	}
 	r.Header = x.req.header.Clone()
+	tracing.KeepClientTrace(r.Header, x.r.Header) // not the last call's traceparent: the shadow is no child of it
 	x.s.cfg.Lab.Measure(r, shadow.Shadowed{Call: *c, Conversation: c.Conversation, PrevCached: x.conv.prevCached})
 }
 

@@ -187,10 +187,10 @@ func (x *exchange) plainMeta(reply []byte) replyMeta {
 	if !x.spans.call.Recording() {
 		return replyMeta{}
 	}
-	r := gjson.GetManyBytes(reply, "id", "model", "stop_reason", "content")
-	m := replyMeta{id: r[0].Str, model: r[1].Str, stopReason: r[2].Str}
-	if x.who.pol != nil && x.who.pol.Tracing.Content {
-		m.content = r[3].Raw
+	if x.who.pol == nil || !x.who.pol.Tracing.Content {
+		r := gjson.GetManyBytes(reply, "id", "model", "stop_reason")
+		return replyMeta{id: r[0].Str, model: r[1].Str, stopReason: r[2].Str}
 	}
-	return m
+	r := gjson.GetManyBytes(reply, "id", "model", "stop_reason", "content")
+	return replyMeta{id: r[0].Str, model: r[1].Str, stopReason: r[2].Str, content: r[3].Raw}
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/internal/fakeapi"
 	"github.com/ctxproxy/ctxproxy/shadow"
 	"github.com/ctxproxy/ctxproxy/tokens"
+	"github.com/ctxproxy/ctxproxy/tracing"
 )
 
 const keyLab = "sk-ant-test-lab"
@@ -200,5 +202,49 @@ func TestTheLabLeavesThreadsCountTokensAndFailuresAlone(t *testing.T) {
 		if c.Shadow != nil {
 			t.Errorf("a shadow line for a threaded, count_tokens or failed call: %+v", c.Shadow)
 		}
+	}
+}
+
+// The lab's count_tokens calls carry the client's trace context, as before
+// tracing wrote a call's traceparent into the exchange's upstream header:
+// they are no children of the call they shadow.
+func TestTheLabSendsTheClientsTraceparent(t *testing.T) {
+	const incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	ledger, err := tokens.OpenLedger(t.Context(), "file:"+filepath.Join(t.TempDir(), "ledger.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ledger.Close() })
+	prices := tokens.BuiltinPrices()
+	metrics := tokens.NewMetrics([]string{"lab"}, prices.Models())
+	rec := tokens.NewRecorder(prices, metrics, ledger, nil)
+	tr := tracing.WithExporter(discardExporter{})
+	t.Cleanup(func() { tr.Shutdown(context.Background()) })
+	var lab *shadow.Lab
+	h := newHarnessWith(t, nil, labPolicies("off"), func(c *Config) {
+		lab = shadow.New(shadow.Config{Upstream: c.Upstream, Recorder: rec, Metrics: metrics})
+		c.Recorder, c.Metrics, c.Lab, c.Tracer = rec, metrics, lab, tr
+	})
+	resp := h.post("/v1/messages", keyLab, toolTurns, "Traceparent", incoming)
+	if got := readAll(t, resp.Body); resp.StatusCode != 200 {
+		t.Fatalf("status %d %s", resp.StatusCode, got)
+	}
+	lab.Close(t.Context())
+	rec.Close(t.Context())
+	call := h.lastUpstream("/v1/messages").Header.Get("Traceparent")
+	if call == incoming || call == "" {
+		t.Fatalf("the call's traceparent %q: want the proxy's call span", call)
+	}
+	counts := 0
+	for _, r := range h.fake.Requests() {
+		if r.Path == "/v1/messages/count_tokens" {
+			counts++
+			if got := r.Header.Get("Traceparent"); got != incoming {
+				t.Errorf("a lab count_tokens call sent traceparent %q, want the client's %q", got, incoming)
+			}
+		}
+	}
+	if counts == 0 {
+		t.Fatal("the lab measured nothing")
 	}
 }

@@ -418,11 +418,15 @@ func (x *exchange) startCallSpan(ctx context.Context, path string, body [][]byte
 	return ctx
 }
 
-// injectTrace gives the upstream request the call span as its parent (the
-// header is the exchange's shared one: WithTraceparent copies it when it
-// writes).
+// injectTrace gives the upstream request the call span as its parent. The
+// header is the exchange's own copy of the client's (upstreamreq.Forwarded),
+// which its calls use one at a time, each writing its own traceparent over
+// the last; no copy is made for it. (Every sampler OTEL_TRACES_SAMPLER names
+// decides by the trace, so the calls of one request are all sampled or all
+// not: a call never sends an earlier call's traceparent. One not sampled
+// sends the client's, if it came with one.)
 func (x *exchange) injectTrace(ctx context.Context, req *http.Request) {
-	req.Header = x.s.cfg.Tracer.WithTraceparent(ctx, req.Header)
+	x.s.cfg.Tracer.Inject(ctx, req.Header)
 }
 
 // failCallSpan ends the call's span as failed: no reply, or an error reply.

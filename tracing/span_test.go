@@ -130,32 +130,20 @@ func TestTraceparentIsThePropagators(t *testing.T) {
 	}
 }
 
-func TestWithTraceparent(t *testing.T) {
-	tr := newTracer(envOf(nil), &keptRecords{})
-	defer tr.Shutdown(context.Background())
-	shared := http.Header{"X-Api-Key": {"k"}, "Anthropic-Beta": {"a"}, "Traceparent": {parentNotSampled}}
-	t.Run("a span not sampled leaves the shared header as it is, the client's traceparent in it", func(t *testing.T) {
-		ctx := trace.ContextWithSpanContext(context.Background(),
-			trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}}))
-		if h := tr.WithTraceparent(ctx, shared); fmt.Sprint(h) != fmt.Sprint(shared) || h["Traceparent"][0] != parentNotSampled {
+func TestKeepClientTrace(t *testing.T) {
+	written := http.Header{"X-Api-Key": {"k"}, "Traceparent": {parentSampled}, "Tracestate": {"ours=1"}}
+	t.Run("the client's headers come back", func(t *testing.T) {
+		h := written.Clone()
+		KeepClientTrace(h, http.Header{"Traceparent": {parentNotSampled}, "Tracestate": {"vendor=abc"}})
+		if h.Get("Traceparent") != parentNotSampled || h.Get("Tracestate") != "vendor=abc" || h.Get("X-Api-Key") != "k" {
 			t.Errorf("got %v", h)
 		}
-		var off *Tracer
-		if h := off.WithTraceparent(ctx, shared); h["Traceparent"][0] != parentNotSampled {
-			t.Errorf("tracing off: got %v", h)
-		}
 	})
-	t.Run("a sampled span gets a copy with its traceparent and the shared header is untouched", func(t *testing.T) {
-		ctx, rec := tr.start(context.Background(), "x", trace.SpanKindClient)
-		h := tr.WithTraceparent(ctx, shared)
-		want := "00-" + rec.sc.TraceID().String() + "-" + rec.sc.SpanID().String() + "-01"
-		if h.Get("Traceparent") != want || h.Get("X-Api-Key") != "k" || h.Get("Anthropic-Beta") != "a" {
-			t.Errorf("copy %v, want traceparent %s and the shared values", h, want)
-		}
-		h["Anthropic-Beta"] = append(h["Anthropic-Beta"], "b")
-		h.Add("X-Api-Key", "other")
-		if shared.Get("Traceparent") != parentNotSampled || len(shared["Anthropic-Beta"]) != 1 || len(shared["X-Api-Key"]) != 1 {
-			t.Errorf("the shared header changed: %v", shared)
+	t.Run("a client that sent none gets none", func(t *testing.T) {
+		h := written.Clone()
+		KeepClientTrace(h, http.Header{})
+		if _, ok := h["Traceparent"]; ok || h.Get("Tracestate") != "" || h.Get("X-Api-Key") != "k" {
+			t.Errorf("got %v", h)
 		}
 	})
 }

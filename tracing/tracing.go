@@ -224,21 +224,16 @@ func (t *Tracer) Inject(ctx context.Context, h http.Header) {
 	}
 }
 
-// WithTraceparent is h with the traceparent Inject would write: h itself
-// when there is none to write, else a copy, for h is shared (an exchange's
-// upstream header serves each of its calls). The copy shares h's values,
-// capped so that an append to one of them cannot write into h's.
-func (t *Tracer) WithTraceparent(ctx context.Context, h http.Header) http.Header {
-	sc := trace.SpanContextFromContext(ctx)
-	if t == nil || !sc.IsSampled() {
-		return h
+// KeepClientTrace puts the client's trace context headers (from client)
+// back into h, an upstream header Inject may have written into.
+func KeepClientTrace(h, client http.Header) {
+	for _, k := range [...]string{"Traceparent", "Tracestate"} {
+		if v, ok := client[k]; ok {
+			h[k] = v
+		} else {
+			delete(h, k)
+		}
 	}
-	out := make(http.Header, len(h)+2)
-	for k, v := range h {
-		out[k] = v[:len(v):len(v)]
-	}
-	setTraceparent(out, sc)
-	return out
 }
 
 // setTraceparent writes sc as the W3C trace context headers, as the
