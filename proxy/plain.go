@@ -31,7 +31,7 @@ func (x *exchange) servePlain() {
 		}
 		var r tokens.Reply
 		r, reply = x.readPlain(reply)
-		x.record(resp, r, x.plainMeta(reply))
+		x.record(resp, r, x.plainMeta(&r, reply))
 		var end roundEnd
 		var client [][]byte // the reply's blocks but its memory calls
 		if x.who.memory {
@@ -181,16 +181,16 @@ func compactionFirst(blocks [][]byte) [][]byte {
 	return out
 }
 
-// plainMeta reads a whole reply's id, model and stop reason for the call's
-// span, when it records.
-func (x *exchange) plainMeta(reply []byte) replyMeta {
+// plainMeta is what the call's span records of a whole reply, when it
+// records: r's id, model and stop reason (read already, and cloned), and the
+// reply's content for a tenant that opted in.
+func (x *exchange) plainMeta(r *tokens.Reply, reply []byte) replyMeta {
 	if !x.spans.call.Recording() {
 		return replyMeta{}
 	}
-	if x.who.pol == nil || !x.who.pol.Tracing.Content {
-		r := gjson.GetManyBytes(reply, "id", "model", "stop_reason")
-		return replyMeta{id: r[0].Str, model: r[1].Str, stopReason: r[2].Str}
+	m := replyMeta{id: r.ID, model: r.Model, stopReason: r.StopReason}
+	if x.who.pol != nil && x.who.pol.Tracing.Content {
+		m.content = gjson.GetBytes(reply, "content").Raw
 	}
-	r := gjson.GetManyBytes(reply, "id", "model", "stop_reason", "content")
-	return replyMeta{id: r[0].Str, model: r[1].Str, stopReason: r[2].Str, content: r[3].Raw}
+	return m
 }

@@ -154,26 +154,44 @@ func (r *record) finish() {
 }
 
 // dedupe keeps the last value of each key, in the order keys first came. A
-// span's keys are a few dozen constants, so a scan beats a map.
+// span's keys are a few dozen constants, so a scan beats a map, and a 64-bit
+// filter of the keys seen spares the scan for a key that cannot be one.
 func dedupe(kv []attribute.KeyValue) []attribute.KeyValue {
 	out := kv[:0]
+	var seen uint64
 	for _, a := range kv {
 		if !a.Valid() {
 			continue
 		}
-		dup := false
-		for i := range out {
-			if out[i].Key == a.Key {
-				out[i], dup = a, true
-				break
-			}
+		bit := keyBit(a.Key)
+		if seen&bit != 0 && replace(out, a) {
+			continue
 		}
-		if !dup {
-			out = append(out, a)
-		}
+		seen |= bit
+		out = append(out, a)
 	}
 	clear(kv[len(out):])
 	return out
+}
+
+// keyBit is k's bit in dedupe's filter: by its length and last byte.
+func keyBit(k attribute.Key) uint64 {
+	h := uint(len(k))
+	if len(k) > 0 {
+		h = h*31 + uint(k[len(k)-1])
+	}
+	return 1 << (h % 64)
+}
+
+// replace sets a over the attribute of its key in kv, if there is one.
+func replace(kv []attribute.KeyValue, a attribute.KeyValue) bool {
+	for i := range kv {
+		if kv[i].Key == a.Key {
+			kv[i] = a
+			return true
+		}
+	}
+	return false
 }
 
 // Span is a started span; the zero Span (tracing off, or a span the sampler

@@ -3,8 +3,10 @@ package tracing
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 
@@ -276,6 +278,36 @@ func TestASpanEndedTouchesNothing(t *testing.T) {
 		if r.name != "memory create" || r.status.Code != 0 || fmt.Sprint(r.kv) != fmt.Sprint([]attribute.KeyValue{
 			attribute.String(AttrMemoryCommand, "create"), attribute.String(AttrMemoryResult, "ok"), attribute.Int(AttrMemoryBytes, 1)}) {
 			t.Errorf("span %s: %v, status %v", r.name, r.kv, r.status)
+		}
+	}
+}
+
+// dedupe against a map: keys that share the filter's bit (the same length
+// and last byte) stay apart, a key set again keeps its place and last value.
+func TestDedupeKeepsTheLastValueOfEachKey(t *testing.T) {
+	keys := []attribute.Key{"ab", "cb", "xb", "a", "b", "abc", "abd", "gen_ai.request.model", "gen_ai.response.model", ""}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		var kv []attribute.KeyValue
+		for i := range rng.IntN(30) {
+			kv = append(kv, attribute.Int(string(keys[rng.IntN(len(keys))]), i))
+		}
+		var want []attribute.KeyValue
+		at := map[attribute.Key]int{}
+		for _, a := range kv {
+			if !a.Valid() {
+				continue
+			}
+			if i, ok := at[a.Key]; ok {
+				want[i] = a
+				continue
+			}
+			at[a.Key] = len(want)
+			want = append(want, a)
+		}
+		in := fmt.Sprint(kv)
+		if got := dedupe(slices.Clone(kv)); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("dedupe(%s) = %v, want %v", in, got, want)
 		}
 	}
 }
