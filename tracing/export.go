@@ -262,12 +262,69 @@ func clampUint32(v int) uint64 {
 	return uint64(min(max(v, 0), math.MaxUint32))
 }
 
-// keyValue writes one attribute as a KeyValue in field f.
+// keyValue writes one attribute as a KeyValue in field f. A scalar's sizes
+// are known before it is written (a span's attributes nearly all are), so
+// its lengths go first rather than into a reserved byte.
 func (enc *encoder) keyValue(f protowire.Number, kv attribute.KeyValue) {
-	m := enc.open(f)
-	enc.str(fKeyValueKey, string(kv.Key))
-	enc.value(fKeyValueValue, kv.Value)
-	enc.close(m)
+	var vlen int // the AnyValue's length
+	var str string
+	switch kv.Value.Type() {
+	case attribute.STRING:
+		str = validUTF8(kv.Value.AsString())
+		vlen = 1 + protowire.SizeBytes(len(str))
+	case attribute.INT64:
+		vlen = 1 + protowire.SizeVarint(uint64(kv.Value.AsInt64()))
+	case attribute.BOOL:
+		vlen = 2
+	case attribute.FLOAT64:
+		vlen = 1 + 8
+	default:
+		m := enc.open(f)
+		enc.str(fKeyValueKey, string(kv.Key))
+		enc.value(fKeyValueValue, kv.Value)
+		enc.close(m)
+		return
+	}
+	key := validUTF8(string(kv.Key))
+	b := protowire.AppendTag(enc.b, f, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(keySize(key)+1+protowire.SizeBytes(vlen)))
+	if key != "" {
+		b = protowire.AppendTag(b, fKeyValueKey, protowire.BytesType)
+		b = protowire.AppendString(b, key)
+	}
+	b = protowire.AppendTag(b, fKeyValueValue, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(vlen))
+	switch kv.Value.Type() {
+	case attribute.STRING:
+		b = protowire.AppendTag(b, fAnyString, protowire.BytesType)
+		b = protowire.AppendString(b, str)
+	case attribute.INT64:
+		b = protowire.AppendTag(b, fAnyInt, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(kv.Value.AsInt64()))
+	case attribute.BOOL:
+		b = protowire.AppendTag(b, fAnyBool, protowire.VarintType)
+		b = protowire.AppendVarint(b, protowire.EncodeBool(kv.Value.AsBool()))
+	case attribute.FLOAT64:
+		b = protowire.AppendTag(b, fAnyDouble, protowire.Fixed64Type)
+		b = protowire.AppendFixed64(b, math.Float64bits(kv.Value.AsFloat64()))
+	}
+	enc.b = b
+}
+
+// keySize is the size of a KeyValue's key field (none for the empty key).
+func keySize(key string) int {
+	if key == "" {
+		return 0
+	}
+	return 1 + protowire.SizeBytes(len(key))
+}
+
+// validUTF8 is s with every invalid byte as U+FFFD.
+func validUTF8(s string) string {
+	if !utf8.ValidString(s) {
+		return strings.ToValidUTF8(s, "\uFFFD")
+	}
+	return s
 }
 
 // value writes v as an AnyValue in field f. A oneof member is written even
@@ -363,9 +420,7 @@ func (enc *encoder) str(f protowire.Number, s string) {
 // collector refuses a request with one that is not (the SDK's exporter
 // fails the whole batch before sending it): invalid bytes become U+FFFD.
 func (enc *encoder) strAlways(f protowire.Number, s string) {
-	if !utf8.ValidString(s) {
-		s = strings.ToValidUTF8(s, "\uFFFD")
-	}
+	s = validUTF8(s)
 	enc.b = protowire.AppendTag(enc.b, f, protowire.BytesType)
 	enc.b = protowire.AppendString(enc.b, s)
 }
