@@ -7,7 +7,8 @@
 // (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
 // OTEL_EXPORTER_OTLP_PROTOCOL: http/protobuf (default) or grpc,
 // OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER[_ARG],
-// OTEL_BSP_*), and is off unless an endpoint is set. Off means a nil *Tracer:
+// OTEL_BSP_*, OTEL_[SPAN_]ATTRIBUTE_{COUNT,VALUE_LENGTH}_LIMIT), and is off
+// unless an endpoint is set. Off means a nil *Tracer:
 // every method is a nil check and nothing else, so the request path pays
 // nothing for it.
 //
