@@ -1,6 +1,9 @@
 package tokens
 
 import (
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -308,6 +311,51 @@ func TestMoney(t *testing.T) {
 	for _, bad := range []string{"", ".", "1.2.3", "abc", "1e5", "0.0000000001", "99999999999999999999"} {
 		if _, err := ParseMoney(bad); err == nil {
 			t.Errorf("ParseMoney(%q) accepted", bad)
+		}
+	}
+}
+
+func TestMoneyDecimalsAreExact(t *testing.T) {
+	// ref is m in dollars as fmt writes it, rounded half away from zero to decimals (0..9),
+	// or every digit but the trailing zeros after the cents (-1).
+	ref := func(m Money, decimals int) string {
+		v := int64(m)
+		u := uint64(v)
+		if v < 0 {
+			u = uint64(-v)
+		}
+		if decimals >= 0 {
+			unit := uint64(math.Pow10(9 - decimals))
+			u = (u + unit/2) / unit * unit
+		}
+		s := fmt.Sprintf("%d.%09d", u/NanosPerUSD, u%NanosPerUSD)
+		if decimals >= 0 {
+			s = strings.TrimSuffix(s[:len(s)-9+decimals], ".")
+		} else {
+			for strings.HasSuffix(s, "0") && len(s)-strings.IndexByte(s, '.') > 3 {
+				s = s[:len(s)-1]
+			}
+		}
+		if v < 0 && u != 0 {
+			s = "-" + s
+		}
+		return s
+	}
+	values := []Money{0, 1, -1, 9, 10, 99, 100, NanosPerUSD - 1, NanosPerUSD, NanosPerUSD + 1, -NanosPerUSD,
+		123_456_789, 100_000_000, 10_000_000, 1_000_000, 990_000_000, 999_999_999_999, math.MaxInt64, math.MinInt64, math.MinInt64 + 1}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 20000 {
+		m := Money(rng.Int64N(int64(math.Pow10(1 + rng.IntN(18)))))
+		if rng.IntN(2) == 0 {
+			m = -m
+		}
+		values = append(values, m)
+	}
+	for _, m := range values {
+		for decimals := -1; decimals <= 9; decimals++ {
+			if got, want := string(m.appendDecimal([]byte("x"), decimals)), "x"+ref(m, decimals); got != want {
+				t.Fatalf("%d nano-USD to %d decimals: %s, want %s", int64(m), decimals, got, want)
+			}
 		}
 	}
 }
