@@ -23,6 +23,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"go.uber.org/zap"
 
@@ -120,7 +121,8 @@ type Ticket struct {
 	held     bool   // a reservation is held in the store
 	loopID   string // the hold of a memory loop's further rounds, "" when none
 	done     atomic.Bool
-	header   unified // the unified headers for every response, none for an uncapped tenant
+	header   unified  // the unified headers for every response, none for an uncapped tenant
+	idBuf    [24]byte // id's bytes (newID)
 	// The counters of a policy with a few caps, in the ticket's own allocation (every
 	// admitted request of a capped tenant has some).
 	counterBuf [4]Counter
@@ -168,7 +170,8 @@ func (e *Enforcer) admit(ctx context.Context, pol *policy.Policy, user string, a
 	if ref := e.checkRate(ctx, pol.Tenant, l, a.requests, a.input); ref != nil {
 		return nil, ref
 	}
-	t := &Ticket{e: e, tenant: pol.Tenant, id: newID()}
+	t := &Ticket{e: e, tenant: pol.Tenant}
+	t.id = newID(&t.idBuf)
 	if !l.Capped() {
 		return t, nil
 	}
@@ -247,9 +250,9 @@ func holdAmount(p tokens.Price, input, output int64) tokens.Money {
 func counters(l *policy.Limits, user string, now time.Time, cs []Counter, ss []standing) ([]Counter, []standing) {
 	add := func(lims []policy.SpendLimit, u string) {
 		for _, sl := range lims {
-			key, reset := Bucket(sl.Period, now)
-			ss = append(ss, standing{limit: sl, perUser: u != "", cap: tokens.Money(sl.Nanos), reset: reset})
-			cs = append(cs, Counter{User: u, Bucket: key, Cap: tokens.Money(sl.Nanos)})
+			w := bucketOf(sl.Period, now)
+			ss = append(ss, standing{limit: sl, perUser: u != "", cap: tokens.Money(sl.Nanos), reset: w.reset, resetText: w.resetText})
+			cs = append(cs, Counter{User: u, Bucket: w.key, Cap: tokens.Money(sl.Nanos)})
 		}
 	}
 	add(l.Spend, "")
@@ -280,12 +283,15 @@ func (e *Enforcer) price(model string) tokens.Price {
 
 // newID is a reservation's id: 96 random bits, from the runtime's generator (ChaCha8, seeded
 // from the system's randomness) rather than crypto/rand's system call: an id needs to be
-// unique among the replicas sharing a store, not secret.
-func newID() string {
+// unique among the replicas sharing a store, not secret. Its text is written into buf, a
+// ticket's own array, written once and never again: the string is a view of it rather than an
+// allocation of its own (a store that keeps the id keeps the ticket's memory with it).
+func newID(buf *[24]byte) string {
 	var b [12]byte
 	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
 	binary.LittleEndian.PutUint32(b[8:], rand.Uint32())
-	return hex.EncodeToString(b[:])
+	hex.Encode(buf[:], b[:])
+	return unsafe.String(&buf[0], len(buf))
 }
 
 // storeError applies the tenant's on_store_error: open serves the request unchecked (logged and

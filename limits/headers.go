@@ -30,17 +30,31 @@ const (
 	ratelimitPrefix = "Anthropic-Ratelimit-"
 )
 
-// thresholds are the utilisations Claude Code warns at, highest first.
-var thresholds = []float64{0.95, 0.75}
+// thresholds are the utilisations Claude Code warns at, highest first, and their header text.
+var thresholds = []struct {
+	at   float64
+	text string
+}{{0.95, formatFloat(0.95)}, {0.75, formatFloat(0.75)}}
+
+// hundredths is the text of each utilisation 0, 0.01, … 1 as formatFloat writes it: a reply's
+// utilisation is one of them unless it is past its cap, and is then written without an
+// allocation.
+var hundredths = func() (t [101]string) {
+	for i := range t {
+		t[i] = formatFloat(float64(i) / 100)
+	}
+	return t
+}()
 
 // standing is one spend counter as a request found it.
 type standing struct {
-	limit    policy.SpendLimit
-	perUser  bool
-	spent    tokens.Money
-	cap      tokens.Money
-	reset    time.Time
-	exceeded bool // spent has reached the cap
+	limit     policy.SpendLimit
+	perUser   bool
+	spent     tokens.Money
+	cap       tokens.Money
+	reset     time.Time
+	resetText string // reset in Unix seconds, as the headers write it
+	exceeded  bool   // spent has reached the cap
 }
 
 func (s *standing) utilization() float64 {
@@ -74,27 +88,50 @@ func binding(ss []standing) *standing {
 	return b
 }
 
-// shownUtilization is the utilisation rounded to hundredths, below 1 until the cap is reached.
-func (s *standing) shownUtilization() float64 {
-	u := float64(int64(s.utilization()*100+0.5)) / 100
+// shownUtilization is the utilisation rounded to hundredths, below 1 until the cap is reached,
+// as the header writes it.
+func (s *standing) shownUtilization() string {
+	n := int64(s.utilization()*100 + 0.5)
 	if !s.exceeded {
-		u = min(u, 0.99)
+		n = min(n, 99)
 	}
-	return u
+	if n >= 0 && n < int64(len(hundredths)) {
+		return hundredths[n]
+	}
+	return formatFloat(float64(n) / 100)
 }
 
 func formatFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
 // unified is a reply's unified headers as unifiedHeaders wrote them: in a ticket, they cost
-// no allocation of their own (every admitted request of a capped tenant carries them).
+// no allocation of their own (every admitted request of a capped tenant carries them). A name
+// is its index in unifiedNames: a byte rather than a string keeps the ticket small.
 type unified struct {
 	n     int
-	names [8]string
+	names [8]uint8
 	vals  [8]string
 }
 
-func (u *unified) set(k, v string) {
-	u.names[u.n], u.vals[u.n] = k, v
+// The names unifiedHeaders writes, in canonical form (see put), by their index.
+const (
+	nStatus uint8 = iota
+	nReset
+	nOverReset
+	nOverUtil
+	nOverThresh
+	nClaim
+	nOverStatus
+	nOverPeriod
+	nOverReason
+	nRetryAfter
+)
+
+var unifiedNames = [...]string{nStatus: HeaderStatus, nReset: HeaderReset, nOverReset: HeaderOverReset,
+	nOverUtil: HeaderOverUtil, nOverThresh: HeaderOverThresh, nClaim: HeaderClaim, nOverStatus: HeaderOverStatus,
+	nOverPeriod: HeaderOverPeriod, nOverReason: HeaderOverReason, nRetryAfter: "Retry-After"}
+
+func (u *unified) set(name uint8, v string) {
+	u.names[u.n], u.vals[u.n] = name, v
 	u.n++
 }
 
@@ -102,7 +139,7 @@ func (u *unified) set(k, v string) {
 // of one array: h.Set would canonicalise each name again and make a slice per value.
 func (u *unified) put(h http.Header) {
 	for i := range u.n {
-		h[u.names[i]] = u.vals[i : i+1 : i+1]
+		h[unifiedNames[u.names[i]]] = u.vals[i : i+1 : i+1]
 	}
 }
 
@@ -110,34 +147,34 @@ func (u *unified) put(h http.Header) {
 // overage-disabled-reason of a refusal (org_spend_cap_reached, or fetch_error when the store is
 // unreachable and the tenant fails closed).
 func unifiedHeaders(u *unified, s *standing, now time.Time, reason string) {
-	reset := strconv.FormatInt(s.reset.Unix(), 10)
+	reset := s.resetText
 	status := "allowed"
 	var surpassed string
 	if s.exceeded {
 		status, surpassed = "rejected", "1"
 	} else {
 		for _, t := range thresholds {
-			if s.utilization() > t {
-				status, surpassed = "allowed_warning", formatFloat(t)
+			if s.utilization() > t.at {
+				status, surpassed = "allowed_warning", t.text
 				break
 			}
 		}
 	}
-	u.set(HeaderStatus, status)
-	u.set(HeaderReset, reset)
-	u.set(HeaderOverReset, reset)
-	u.set(HeaderOverUtil, formatFloat(s.shownUtilization()))
+	u.set(nStatus, status)
+	u.set(nReset, reset)
+	u.set(nOverReset, reset)
+	u.set(nOverUtil, s.shownUtilization())
 	if surpassed != "" {
-		u.set(HeaderOverThresh, surpassed)
+		u.set(nOverThresh, surpassed)
 	}
 	if !s.exceeded {
-		u.set(HeaderClaim, "overage")
-		u.set(HeaderOverStatus, status)
+		u.set(nClaim, "overage")
+		u.set(nOverStatus, status)
 		return
 	}
-	u.set(HeaderOverPeriod, string(s.limit.Period))
-	u.set(HeaderOverReason, reason)
-	u.set("Retry-After", strconv.FormatInt(retrySeconds(s.reset.Sub(now)), 10))
+	u.set(nOverPeriod, string(s.limit.Period))
+	u.set(nOverReason, reason)
+	u.set(nRetryAfter, strconv.FormatInt(retrySeconds(s.reset.Sub(now)), 10))
 }
 
 // retrySeconds rounds d up to whole seconds, at least 1.

@@ -2,6 +2,7 @@ package limits
 
 import (
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -11,7 +12,13 @@ import (
 // Bucket is the calendar bucket of period that t falls in, in UTC: its key (YYYY-MM-DD, YYYY-Www
 // for the ISO week, YYYY-MM; the three forms never collide) and the instant the next one starts.
 func Bucket(p policy.Period, t time.Time) (key string, reset time.Time) {
-	// Every admission asks for the bucket it is in: the last one of each period is kept.
+	w := bucketOf(p, t)
+	return w.key, w.reset
+}
+
+// bucketOf is Bucket's window of t. Every admission asks for the bucket it is in: the last one
+// of each period is kept, with its reset as the reply's headers write it.
+func bucketOf(p policy.Period, t time.Time) *bucketWindow {
 	var c *atomic.Pointer[bucketWindow]
 	switch p {
 	case policy.Daily:
@@ -23,20 +30,22 @@ func Bucket(p policy.Period, t time.Time) (key string, reset time.Time) {
 	}
 	if c != nil {
 		if w := c.Load(); w != nil && !t.Before(w.start) && t.Before(w.reset) {
-			return w.key, w.reset
+			return w
 		}
 	}
 	key, start, reset := bucket(p, t)
+	w := &bucketWindow{key: key, start: start, reset: reset, resetText: strconv.FormatInt(reset.Unix(), 10)}
 	if c != nil {
-		c.Store(&bucketWindow{key: key, start: start, reset: reset})
+		c.Store(w)
 	}
-	return key, reset
+	return w
 }
 
-// bucketWindow is one bucket: its key and [start, reset).
+// bucketWindow is one bucket: its key and [start, reset), and reset in Unix seconds as text.
 type bucketWindow struct {
 	key          string
 	start, reset time.Time
+	resetText    string
 }
 
 var lastBucket [3]atomic.Pointer[bucketWindow] // daily, weekly, monthly

@@ -56,11 +56,34 @@ func NewMemoryRate() *MemoryRate { return &MemoryRate{now: time.Now, tat: map[st
 func (m *MemoryRate) Name() string { return "memory" }
 
 func (m *MemoryRate) Take(_ context.Context, key string, perMinute, cost int64) (bool, time.Duration, error) {
+	i, retry := m.takeAll([]rateTake{{key: key, perMinute: perMinute, cost: cost}})
+	return i < 0, retry, nil
+}
+
+// rateTake is one Take of MemoryRate.takeAll; perMinute 0 takes nothing.
+type rateTake struct {
+	key             string
+	perMinute, cost int64
+}
+
+// takeAll is Take of each of ts in turn, until one does not fit: its index and retry-after, -1
+// when all fit (what the takes before it charged stays charged, as with Take one by one). The
+// takes share one lock and one reading of the clock: every admission makes two.
+func (m *MemoryRate) takeAll(ts []rateTake) (refused int, retryAfter time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	tat, ok, retry := gcra(m.tat[key], m.now().UnixNano(), perMinute, min(cost, perMinute))
-	m.tat[key] = tat
-	return ok, retry, nil
+	now := m.now().UnixNano()
+	for i, t := range ts {
+		if t.perMinute <= 0 {
+			continue
+		}
+		tat, ok, retry := gcra(m.tat[t.key], now, t.perMinute, min(t.cost, t.perMinute))
+		m.tat[t.key] = tat
+		if !ok {
+			return i, retry
+		}
+	}
+	return -1, 0
 }
 
 // PGRate is the limiter in PostgreSQL (table ctxproxy_rate of the limits schema): one row per key,

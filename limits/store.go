@@ -61,6 +61,7 @@ type MemoryStore struct {
 // found from its id without hashing their keys again (an admission and its settle were
 // twenty-eight map operations with two maps a counter).
 type memCounter struct {
+	key     counterKey
 	spent   tokens.Money
 	settled bool            // charged at least once (UserSpend lists it)
 	holds   map[string]hold // by request id; kept when empty, for the counter's next hold
@@ -90,7 +91,7 @@ func (m *MemoryStore) counter(tenant string, c *Counter) *memCounter {
 	k := counterKey{tenant, c.User, c.Bucket}
 	mc := m.counters[k]
 	if mc == nil {
-		mc = &memCounter{holds: map[string]hold{}}
+		mc = &memCounter{key: k, holds: map[string]hold{}}
 		m.counters[k] = mc
 	}
 	return mc
@@ -134,9 +135,8 @@ func (m *MemoryStore) Reserve(_ context.Context, id, tenant string, cs []Counter
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	sums := make([]tokens.Money, 2*len(cs))
+	held, sums := reserveBufs(len(cs))
 	r := Reservation{Spent: sums[:len(cs):len(cs)], Reserved: sums[len(cs):], Refused: -1}
-	held := make([]*memCounter, len(cs))
 	for i := range cs {
 		mc := m.counter(tenant, &cs[i])
 		held[i] = mc
@@ -165,15 +165,42 @@ func (m *MemoryStore) Reserve(_ context.Context, id, tenant string, cs []Counter
 	return r, nil
 }
 
+// smallReservation is a reservation's counters and sums for a policy's few caps, in one
+// allocation: the counters stay in holdKeys until the settle, the sums go to the caller.
+type smallReservation struct {
+	held [4]*memCounter
+	sums [8]tokens.Money
+}
+
+// reserveBufs is where a reservation of n counters keeps them and their sums (spent, then
+// reserved).
+func reserveBufs(n int) ([]*memCounter, []tokens.Money) {
+	if n > len(smallReservation{}.held) {
+		return make([]*memCounter, n), make([]tokens.Money, 2*n)
+	}
+	b := &smallReservation{}
+	return b.held[:n:n], b.sums[: 2*n : 2*n]
+}
+
 func (m *MemoryStore) Settle(_ context.Context, id, tenant string, cs []Counter, cost tokens.Money) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	held := m.holdKeys[id]
 	m.release(id)
 	for i := range cs {
-		mc := m.counter(tenant, &cs[i])
+		mc := m.heldCounter(held, i, tenant, &cs[i])
 		mc.spent, mc.settled = mc.spent.Plus(cost), true
 	}
 	return nil
+}
+
+// heldCounter is c's counter of tenant, the i'th of a hold's counters held when it is that one
+// (a request settles the counters it reserved, in their order): found without hashing its key.
+func (m *MemoryStore) heldCounter(held []*memCounter, i int, tenant string, c *Counter) *memCounter {
+	if i < len(held) && held[i].key == (counterKey{tenant, c.User, c.Bucket}) {
+		return held[i]
+	}
+	return m.counter(tenant, c)
 }
 
 func (m *MemoryStore) Release(_ context.Context, id string) error {
