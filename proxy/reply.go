@@ -61,8 +61,7 @@ func (x *exchange) upstreamError(err error) {
 // writeReply relays a whole reply with the upstream's status and headers.
 func (x *exchange) writeReply(resp *http.Response, body []byte) {
 	h := x.w.Header()
-	copyReplyHeaders(h, resp.Header)
-	x.capHeaders(h)
+	x.relayHeaders(h, resp)
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	x.out.status = resp.StatusCode
 	if resp.StatusCode >= 400 {
@@ -74,11 +73,14 @@ func (x *exchange) writeReply(resp *http.Response, body []byte) {
 	x.out.n += int64(n)
 }
 
-// capHeaders puts the tenant's cap on a relayed upstream reply (anthropic-ratelimit-unified-*)
-// and takes the upstream's organisation-wide ratelimit headers off it, for capped tenants only,
-// on every route.
-func (x *exchange) capHeaders(h http.Header) {
-	limits.HideUpstreamRatelimit(x.who.pol, h)
+// relayHeaders puts the upstream reply's end-to-end headers on the client's reply h, and for a
+// capped tenant its cap (anthropic-ratelimit-unified-*) in place of the upstream's
+// organisation-wide ratelimit headers, on every route. Those are taken off the upstream's reply
+// before the copy (as the pass-through does), not copied and then deleted: the client's header
+// map, which net/http clones when the reply starts, never holds them.
+func (x *exchange) relayHeaders(h http.Header, resp *http.Response) {
+	limits.HideUpstreamRatelimit(x.who.pol, resp.Header)
+	copyReplyHeaders(h, resp.Header)
 	x.ticket.Header(h)
 }
 
@@ -107,8 +109,7 @@ func copyReplyHeaders(dst, src http.Header) {
 
 // startStream sends the status and the first reply's headers.
 func (x *exchange) startStream(sw *streamWriter, resp *http.Response) {
-	copyReplyHeaders(sw.w.Header(), resp.Header)
-	x.capHeaders(sw.w.Header())
+	x.relayHeaders(sw.w.Header(), resp)
 	x.out.status = http.StatusOK
 	sw.w.WriteHeader(http.StatusOK)
 	sw.started = true
