@@ -193,32 +193,87 @@ func (enc *encoder) take() []byte {
 	return out
 }
 
-// span writes what otlptrace's tracetransform makes of a span.
+// span writes what otlptrace's tracetransform makes of a span. Its fields'
+// tags are one byte each, its IDs' lengths known; its own length, two bytes
+// for nearly every span, is reserved as two and moved when it is not.
 func (enc *encoder) span(r *record) {
-	m := enc.open(fScopeSpansSpans)
+	b := append(enc.b, byte(protowire.EncodeTag(fScopeSpansSpans, protowire.BytesType)), 0, 0)
+	start := len(b)
 	tid, sid := r.sc.TraceID(), r.sc.SpanID()
-	enc.bytes(fSpanTraceID, tid[:])
-	enc.bytes(fSpanSpanID, sid[:])
+	b = append(b, tagTraceID, 16)
+	b = append(b, tid[:]...)
+	b = append(b, tagSpanID, 8)
+	b = append(b, sid[:]...)
 	if ts := r.sc.TraceState(); ts.Len() > 0 {
-		enc.str(fSpanTraceState, ts.String())
+		b = appendStr(b, tagTraceState, ts.String())
 	}
 	if psid := r.parent.SpanID(); psid.IsValid() {
-		enc.bytes(fSpanParentSpanID, psid[:])
+		b = append(b, tagParentSpanID, 8)
+		b = append(b, psid[:]...)
 	}
-	enc.str(fSpanName, r.name)
-	enc.uint(fSpanKind, uint64(spanKind(r.kind)))
-	enc.fixed64(fSpanStart, unixNano(r.start.UnixNano()))
-	enc.fixed64(fSpanEnd, unixNano(r.end.UnixNano()))
+	if r.name != "" {
+		b = appendStr(b, tagName, r.name)
+	}
+	if k := spanKind(r.kind); k != 0 {
+		b = append(b, tagKind)
+		b = protowire.AppendVarint(b, uint64(k))
+	}
+	if t := unixNano(r.start.UnixNano()); t != 0 {
+		b = append(b, tagStart)
+		b = protowire.AppendFixed64(b, t)
+	}
+	if t := unixNano(r.end.UnixNano()); t != 0 {
+		b = append(b, tagEnd)
+		b = protowire.AppendFixed64(b, t)
+	}
+	enc.b = b
 	for _, kv := range r.kv {
 		enc.keyValue(fSpanAttributes, kv)
 	}
 	enc.uint(fSpanDroppedAttributes, clampUint32(r.dropped))
-	s := enc.open(fSpanStatus) // present even when unset, as tracetransform makes it
+	m := enc.open(fSpanStatus) // present even when unset, as tracetransform makes it
 	enc.str(fStatusMessage, r.status.Description)
 	enc.uint(fStatusCode, uint64(statusCode(r.status.Code)))
-	enc.close(s)
-	enc.fixed32(fSpanFlags, spanFlags(r.sc.TraceFlags(), r.parent))
 	enc.close(m)
+	enc.fixed32(fSpanFlags, spanFlags(r.sc.TraceFlags(), r.parent))
+	enc.closeReserved2(start)
+}
+
+// The span's one-byte tags.
+const (
+	tagTraceID      = byte(fSpanTraceID<<3 | protowire.BytesType)
+	tagSpanID       = byte(fSpanSpanID<<3 | protowire.BytesType)
+	tagTraceState   = byte(fSpanTraceState<<3 | protowire.BytesType)
+	tagParentSpanID = byte(fSpanParentSpanID<<3 | protowire.BytesType)
+	tagName         = byte(fSpanName<<3 | protowire.BytesType)
+	tagKind         = byte(fSpanKind<<3 | protowire.VarintType)
+	tagStart        = byte(fSpanStart<<3 | protowire.Fixed64Type)
+	tagEnd          = byte(fSpanEnd<<3 | protowire.Fixed64Type)
+)
+
+// appendStr appends a string field with a one-byte tag, its invalid UTF-8
+// replaced (see strAlways).
+func appendStr(b []byte, tag byte, s string) []byte {
+	s = validUTF8(s)
+	b = append(b, tag)
+	b = appendLen(b, len(s))
+	return append(b, s...)
+}
+
+// closeReserved2 writes the length of the message whose fields start at
+// start, after the two bytes reserved for it: in them when it takes two
+// bytes, else with the fields moved to fit.
+func (enc *encoder) closeReserved2(start int) {
+	n := len(enc.b) - start
+	k := protowire.SizeVarint(uint64(n))
+	if k != 2 {
+		if k > 2 {
+			enc.b = append(enc.b, make([]byte, k-2)...)
+		}
+		copy(enc.b[start-2+k:], enc.b[start:start+n])
+		enc.b = enc.b[:start-2+k+n]
+	}
+	protowire.AppendVarint(enc.b[:start-2], uint64(n))
 }
 
 func spanKind(k trace.SpanKind) tracepb.Span_SpanKind {
@@ -262,16 +317,17 @@ func clampUint32(v int) uint64 {
 	return uint64(min(max(v, 0), math.MaxUint32))
 }
 
-// keyValue writes one attribute as a KeyValue in field f. A scalar's sizes
-// are known before it is written (a span's attributes nearly all are), so
-// its lengths go first rather than into a reserved byte.
+// keyValue writes one attribute as a KeyValue in field f (< 16, as every
+// field here: its tag is one byte). A scalar's sizes are known before it is
+// written (a span's attributes nearly all are), so its lengths go first
+// rather than into a reserved byte, and a length below 128 is its one byte.
 func (enc *encoder) keyValue(f protowire.Number, kv attribute.KeyValue) {
 	var vlen int // the AnyValue's length
 	var str string
 	switch kv.Value.Type() {
 	case attribute.STRING:
 		str = validUTF8(kv.Value.AsString())
-		vlen = 1 + protowire.SizeBytes(len(str))
+		vlen = 1 + sizeLen(len(str)) + len(str)
 	case attribute.INT64:
 		vlen = 1 + protowire.SizeVarint(uint64(kv.Value.AsInt64()))
 	case attribute.BOOL:
@@ -286,45 +342,86 @@ func (enc *encoder) keyValue(f protowire.Number, kv attribute.KeyValue) {
 		return
 	}
 	key := validUTF8(string(kv.Key))
-	b := protowire.AppendTag(enc.b, f, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(keySize(key)+1+protowire.SizeBytes(vlen)))
+	n := 1 + sizeLen(vlen) + vlen
 	if key != "" {
-		b = protowire.AppendTag(b, fKeyValueKey, protowire.BytesType)
-		b = protowire.AppendString(b, key)
+		n += 1 + sizeLen(len(key)) + len(key)
 	}
-	b = protowire.AppendTag(b, fKeyValueValue, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(vlen))
+	b := append(enc.b, byte(protowire.EncodeTag(f, protowire.BytesType)))
+	b = appendLen(b, n)
+	if key != "" {
+		b = append(b, tagKey)
+		b = appendLen(b, len(key))
+		b = append(b, key...)
+	}
+	b = append(b, tagValue)
+	b = appendLen(b, vlen)
 	switch kv.Value.Type() {
 	case attribute.STRING:
-		b = protowire.AppendTag(b, fAnyString, protowire.BytesType)
-		b = protowire.AppendString(b, str)
+		b = append(b, tagAnyString)
+		b = appendLen(b, len(str))
+		b = append(b, str...)
 	case attribute.INT64:
-		b = protowire.AppendTag(b, fAnyInt, protowire.VarintType)
+		b = append(b, tagAnyInt)
 		b = protowire.AppendVarint(b, uint64(kv.Value.AsInt64()))
 	case attribute.BOOL:
-		b = protowire.AppendTag(b, fAnyBool, protowire.VarintType)
-		b = protowire.AppendVarint(b, protowire.EncodeBool(kv.Value.AsBool()))
+		b = append(b, tagAnyBool, byte(protowire.EncodeBool(kv.Value.AsBool())))
 	case attribute.FLOAT64:
-		b = protowire.AppendTag(b, fAnyDouble, protowire.Fixed64Type)
+		b = append(b, tagAnyDouble)
 		b = protowire.AppendFixed64(b, math.Float64bits(kv.Value.AsFloat64()))
 	}
 	enc.b = b
 }
 
-// keySize is the size of a KeyValue's key field (none for the empty key).
-func keySize(key string) int {
-	if key == "" {
-		return 0
+// The one-byte tags keyValue writes.
+const (
+	tagKey       = byte(fKeyValueKey<<3 | protowire.BytesType)
+	tagValue     = byte(fKeyValueValue<<3 | protowire.BytesType)
+	tagAnyString = byte(fAnyString<<3 | protowire.BytesType)
+	tagAnyInt    = byte(fAnyInt<<3 | protowire.VarintType)
+	tagAnyBool   = byte(fAnyBool<<3 | protowire.VarintType)
+	tagAnyDouble = byte(fAnyDouble<<3 | protowire.Fixed64Type)
+)
+
+// appendLen appends a length's varint: one byte below 128.
+func appendLen(b []byte, n int) []byte {
+	if n < 0x80 {
+		return append(b, byte(n))
 	}
-	return 1 + protowire.SizeBytes(len(key))
+	return protowire.AppendVarint(b, uint64(n))
+}
+
+func sizeLen(n int) int {
+	if n < 0x80 {
+		return 1
+	}
+	return protowire.SizeVarint(uint64(n))
 }
 
 // validUTF8 is s with every invalid byte as U+FFFD.
 func validUTF8(s string) string {
-	if !utf8.ValidString(s) {
-		return strings.ToValidUTF8(s, "\uFFFD")
+	if ascii(s) || utf8.ValidString(s) {
+		return s
 	}
-	return s
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// ascii reports whether s is all ASCII, eight bytes a step: a span's keys and
+// most of its values are, and the check runs for each of them.
+func ascii(s string) bool {
+	for len(s) >= 8 {
+		w := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+			uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+		if w&0x8080808080808080 != 0 {
+			return false
+		}
+		s = s[8:]
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // value writes v as an AnyValue in field f. A oneof member is written even

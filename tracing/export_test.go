@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -137,7 +138,8 @@ func testRecords(t *testing.T) []*record {
 			start: start, end: start.Add(3 * time.Millisecond), kv: all, dropped: 2,
 			status: sdktrace.Status{Code: codes.Error, Description: "request failed"}},
 		{name: "chat claude-sonnet-4-5", sc: sc(2, false, trace.TraceState{}), parent: sc(1, false, ts), kind: trace.SpanKindClient,
-			start: start, end: start.Add(time.Millisecond), kv: []attribute.KeyValue{attribute.String(AttrErrorType, "overloaded_error")},
+			start: start, end: start.Add(time.Millisecond), kv: []attribute.KeyValue{attribute.String(AttrErrorType, "overloaded_error"),
+				attribute.String(AttrOutputMessages, strings.Repeat("y", 20000))}, // a span of three length bytes
 			status: sdktrace.Status{Code: codes.Error, Description: "upstream answered an error"}},
 		{name: "unset", kind: trace.SpanKindInternal, sc: sc(3, false, trace.TraceState{}), start: start, end: start,
 			status: sdktrace.Status{Code: codes.Ok}},

@@ -157,21 +157,25 @@ func (r *record) finish() {
 // span's keys are a few dozen constants, so a scan beats a map, and a 64-bit
 // filter of the keys seen spares the scan for a key that cannot be one.
 func dedupe(kv []attribute.KeyValue) []attribute.KeyValue {
-	out := kv[:0]
 	var seen uint64
-	for _, a := range kv {
-		if !a.Valid() {
+	n := 0 // kv[:n] is the result so far
+	for i := range kv {
+		a := &kv[i]
+		if a.Key == "" || a.Value.Type() == attribute.INVALID {
 			continue
 		}
 		bit := keyBit(a.Key)
-		if seen&bit != 0 && replace(out, a) {
+		if seen&bit != 0 && replace(kv[:n], a) {
 			continue
 		}
 		seen |= bit
-		out = append(out, a)
+		if n != i {
+			kv[n] = *a
+		}
+		n++
 	}
-	clear(kv[len(out):])
-	return out
+	clear(kv[n:])
+	return kv[:n]
 }
 
 // keyBit is k's bit in dedupe's filter: by its length and last byte.
@@ -183,11 +187,11 @@ func keyBit(k attribute.Key) uint64 {
 	return 1 << (h % 64)
 }
 
-// replace sets a over the attribute of its key in kv, if there is one.
-func replace(kv []attribute.KeyValue, a attribute.KeyValue) bool {
+// replace sets *a over the attribute of its key in kv, if there is one.
+func replace(kv []attribute.KeyValue, a *attribute.KeyValue) bool {
 	for i := range kv {
 		if kv[i].Key == a.Key {
-			kv[i] = a
+			kv[i] = *a
 			return true
 		}
 	}

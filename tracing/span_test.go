@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -308,6 +309,15 @@ func TestDedupeKeepsTheLastValueOfEachKey(t *testing.T) {
 		in := fmt.Sprint(kv)
 		if got := dedupe(slices.Clone(kv)); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("dedupe(%s) = %v, want %v", in, got, want)
+		}
+	}
+}
+
+func TestValidUTF8(t *testing.T) {
+	for _, s := range []string{"", "a", "gen_ai.usage.cache_creation.input_tokens", "héllo wörld, and more than eight bytes",
+		"\xffabcdefgh", "abcdefg\xff", "abcdefgh\xff", "abcdefghijklmno\xe9", "abcdefghijklmnop\xe9", "caf\xe9", "日本語のテキスト"} {
+		if got, want := validUTF8(s), strings.ToValidUTF8(s, "\uFFFD"); got != want {
+			t.Errorf("validUTF8(%q) = %q, want %q", s, got, want)
 		}
 	}
 }
