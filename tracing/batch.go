@@ -3,7 +3,6 @@ package tracing
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,9 +24,8 @@ import (
 // finds OTEL_BSP_MAX_QUEUE_SIZE spans waiting is dropped (counted, reported
 // at the next export).
 type batcher struct {
-	exp    exporter
-	cfg    batchConfig
-	limits spanLimits
+	exp exporter
+	cfg batchConfig
 
 	mu      sync.Mutex
 	cur     batch   // filling
@@ -67,9 +65,9 @@ type batchConfig struct {
 	maxQueue, maxOut int
 }
 
-func newBatcher(exp exporter, cfg batchConfig, limits spanLimits) *batcher {
+func newBatcher(exp exporter, cfg batchConfig) *batcher {
 	b := &batcher{
-		exp: exp, cfg: cfg, limits: limits,
+		exp: exp, cfg: cfg,
 		cur:   exp.newBatch(),
 		wake:  make(chan struct{}, 1),
 		flush: make(chan chan struct{}),
@@ -83,14 +81,11 @@ func newBatcher(exp exporter, cfg batchConfig, limits spanLimits) *batcher {
 // scope is the instrumentation scope of every span.
 var scope = instrumentation.Scope{Name: "github.com/ctxproxy/ctxproxy"}
 
-// add puts an ended span in the batch being filled, its attributes as the
-// SDK would have kept them: de-duplicated (the last value of a key wins),
-// within the limits. r is free when it returns.
+// add puts an ended span in the batch being filled. r is free when it returns.
 func (b *batcher) add(r *record) {
 	if b.stopped.Load() {
 		return
 	}
-	r.kv, r.dropped = b.limits.apply(dedupe(r.kv))
 	b.mu.Lock()
 	if b.waiting >= b.cfg.maxQueue {
 		b.mu.Unlock()
@@ -224,7 +219,7 @@ type sdkBatch struct {
 func (s *sdkBatch) add(r *record) {
 	s.spans = append(s.spans, tracetest.SpanStub{
 		Name: r.name, SpanContext: r.sc, Parent: r.parent, SpanKind: r.kind,
-		StartTime: r.start, EndTime: r.end, Attributes: slices.Clone(r.kv), DroppedAttributes: r.dropped,
+		StartTime: r.start, EndTime: r.end, Attributes: decodeAttrs(r.attrs), DroppedAttributes: r.dropped,
 		Status: r.status, Resource: s.res, InstrumentationScope: scope,
 	}.Snapshot())
 }

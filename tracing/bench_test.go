@@ -16,7 +16,9 @@ import (
 // sampled: its server span and one chat span with the attributes the proxy
 // sets, ended, batched and exported. "otlp-http" exports over OTLP/HTTP to a
 // sink in this process that reads and drops each body (the bench's row 4t in
-// miniature); "discard" stops at the exporter. cpu-ns/op is the process's CPU
+// miniature); "discard" hands the spans to an SDK exporter that drops them,
+// the tests' path, which decodes each span's attributes back: not what a
+// serving proxy pays. cpu-ns/op is the process's CPU
 // per request (getrusage), the batch processor's and the export's goroutines
 // included: on a loaded 2-core machine it holds stiller than ns/op.
 func BenchmarkRequestSpans(b *testing.B) {

@@ -89,33 +89,23 @@ func limitsFromEnv(getenv Getenv) spanLimits {
 	}
 }
 
-// apply keeps the first count attributes of kv (de-duplicated), their
-// strings cut to valueLength characters, and says how many it dropped.
-func (l spanLimits) apply(kv []attribute.KeyValue) ([]attribute.KeyValue, int) {
-	dropped := 0
-	if l.count >= 0 && len(kv) > l.count {
-		dropped = len(kv) - l.count
-		clear(kv[l.count:])
-		kv = kv[:l.count]
-	}
-	if l.valueLength < 0 {
-		return kv, dropped
-	}
-	for i, a := range kv {
-		switch a.Value.Type() {
-		case attribute.STRING:
-			if s := a.Value.AsString(); len(s) > l.valueLength {
-				kv[i].Value = attribute.StringValue(truncate(s, l.valueLength))
-			}
-		case attribute.STRINGSLICE:
-			ss := a.Value.AsStringSlice() // a copy
-			for j, s := range ss {
-				ss[j] = truncate(s, l.valueLength)
-			}
-			kv[i].Value = attribute.StringSliceValue(ss)
+// truncate is v with its strings cut to valueLength characters (the SDK
+// also cuts a byte slice's and the values nested in slices and maps; a
+// span here has none of those).
+func (l spanLimits) truncate(v attribute.Value) attribute.Value {
+	switch v.Type() {
+	case attribute.STRING:
+		if s := v.AsString(); len(s) > l.valueLength {
+			return attribute.StringValue(truncate(s, l.valueLength))
 		}
+	case attribute.STRINGSLICE:
+		ss := v.AsStringSlice() // a copy
+		for j, s := range ss {
+			ss[j] = truncate(s, l.valueLength)
+		}
+		return attribute.StringSliceValue(ss)
 	}
-	return kv, dropped
+	return v
 }
 
 // truncate is s cut to n characters.

@@ -226,10 +226,7 @@ func (enc *encoder) span(r *record) {
 		b = append(b, tagEnd)
 		b = protowire.AppendFixed64(b, t)
 	}
-	enc.b = b
-	for _, kv := range r.kv {
-		enc.keyValue(fSpanAttributes, kv)
-	}
+	enc.b = append(b, r.attrs...)
 	enc.uint(fSpanDroppedAttributes, clampUint32(r.dropped))
 	m := enc.open(fSpanStatus) // present even when unset, as tracetransform makes it
 	enc.str(fStatusMessage, r.status.Description)
@@ -322,6 +319,11 @@ func clampUint32(v int) uint64 {
 // written (a span's attributes nearly all are), so its lengths go first
 // rather than into a reserved byte, and a length below 128 is its one byte.
 func (enc *encoder) keyValue(f protowire.Number, kv attribute.KeyValue) {
+	enc.keyValueAt(f, &kv)
+}
+
+// keyValueAt is keyValue, and where in enc.b the key it wrote begins.
+func (enc *encoder) keyValueAt(f protowire.Number, kv *attribute.KeyValue) int {
 	var vlen int // the AnyValue's length
 	var str string
 	switch kv.Value.Type() {
@@ -335,11 +337,12 @@ func (enc *encoder) keyValue(f protowire.Number, kv attribute.KeyValue) {
 	case attribute.FLOAT64:
 		vlen = 1 + 8
 	default:
+		start := len(enc.b)
 		m := enc.open(f)
 		enc.str(fKeyValueKey, string(kv.Key))
 		enc.value(fKeyValueValue, kv.Value)
 		enc.close(m)
-		return
+		return keyAt(enc.b, start)
 	}
 	key := validUTF8(string(kv.Key))
 	n := 1 + sizeLen(vlen) + vlen
@@ -348,9 +351,11 @@ func (enc *encoder) keyValue(f protowire.Number, kv attribute.KeyValue) {
 	}
 	b := append(enc.b, byte(protowire.EncodeTag(f, protowire.BytesType)))
 	b = appendLen(b, n)
+	at := len(b)
 	if key != "" {
 		b = append(b, tagKey)
 		b = appendLen(b, len(key))
+		at = len(b)
 		b = append(b, key...)
 	}
 	b = append(b, tagValue)
@@ -370,6 +375,7 @@ func (enc *encoder) keyValue(f protowire.Number, kv attribute.KeyValue) {
 		b = protowire.AppendFixed64(b, math.Float64bits(kv.Value.AsFloat64()))
 	}
 	enc.b = b
+	return at
 }
 
 // The one-byte tags keyValue writes.
@@ -547,5 +553,135 @@ func (enc *encoder) fixed32(f protowire.Number, v uint32) {
 	if v != 0 {
 		enc.b = protowire.AppendTag(enc.b, f, protowire.Fixed32Type)
 		enc.b = protowire.AppendFixed32(enc.b, v)
+	}
+}
+
+// decodeAttrs is the attributes encoded in b (Span.attributes fields, as
+// keyValue writes them) as the SDK's exporters take them: for a test's or a
+// benchmark's exporter, never on the way to OTLP.
+func decodeAttrs(b []byte) []attribute.KeyValue {
+	var kvs []attribute.KeyValue
+	eachBytes(b, func(f protowire.Number, kv []byte) {
+		if f == fSpanAttributes {
+			kvs = append(kvs, decodeKeyValue(kv))
+		}
+	})
+	return kvs
+}
+
+func decodeKeyValue(b []byte) attribute.KeyValue {
+	var kv attribute.KeyValue
+	eachBytes(b, func(f protowire.Number, v []byte) {
+		switch f {
+		case fKeyValueKey:
+			kv.Key = attribute.Key(v)
+		case fKeyValueValue:
+			kv.Value = decodeValue(v)
+		}
+	})
+	return kv
+}
+
+// decodeValue is an AnyValue as the attribute.Value that encodes to it.
+func decodeValue(b []byte) attribute.Value {
+	v := attribute.Value{}
+	for len(b) > 0 {
+		f, typ, n := protowire.ConsumeTag(b)
+		b = b[n:]
+		switch typ {
+		case protowire.VarintType:
+			x, m := protowire.ConsumeVarint(b)
+			b = b[m:]
+			if f == fAnyBool {
+				v = attribute.BoolValue(x != 0)
+			} else {
+				v = attribute.Int64Value(int64(x))
+			}
+		case protowire.Fixed64Type:
+			x, m := protowire.ConsumeFixed64(b)
+			b = b[m:]
+			v = attribute.Float64Value(math.Float64frombits(x))
+		case protowire.BytesType:
+			x, m := protowire.ConsumeBytes(b)
+			b = b[m:]
+			switch f {
+			case fAnyString:
+				v = attribute.StringValue(string(x))
+			case fAnyBytes:
+				v = attribute.ByteSliceValue(bytes.Clone(x))
+			case fAnyArray:
+				v = decodeArray(x)
+			case fAnyKvlist:
+				var kvs []attribute.KeyValue
+				eachBytes(x, func(_ protowire.Number, kv []byte) { kvs = append(kvs, decodeKeyValue(kv)) })
+				v = attribute.MapValue(kvs...)
+			}
+		default:
+			return v
+		}
+	}
+	return v
+}
+
+// decodeArray is an ArrayValue: a slice of one type when its values are all
+// of it, else a slice of values.
+func decodeArray(b []byte) attribute.Value {
+	var vs []attribute.Value
+	eachBytes(b, func(_ protowire.Number, v []byte) { vs = append(vs, decodeValue(v)) })
+	if len(vs) == 0 {
+		return attribute.SliceValue()
+	}
+	typ := vs[0].Type()
+	for _, v := range vs {
+		if v.Type() != typ {
+			return attribute.SliceValue(vs...)
+		}
+	}
+	switch typ {
+	case attribute.STRING:
+		ss := make([]string, len(vs))
+		for i, v := range vs {
+			ss[i] = v.AsString()
+		}
+		return attribute.StringSliceValue(ss)
+	case attribute.INT64:
+		is := make([]int64, len(vs))
+		for i, v := range vs {
+			is[i] = v.AsInt64()
+		}
+		return attribute.Int64SliceValue(is)
+	case attribute.BOOL:
+		bs := make([]bool, len(vs))
+		for i, v := range vs {
+			bs[i] = v.AsBool()
+		}
+		return attribute.BoolSliceValue(bs)
+	case attribute.FLOAT64:
+		ds := make([]float64, len(vs))
+		for i, v := range vs {
+			ds[i] = v.AsFloat64()
+		}
+		return attribute.Float64SliceValue(ds)
+	}
+	return attribute.SliceValue(vs...)
+}
+
+// eachBytes calls fn with each length-delimited field of the message b.
+func eachBytes(b []byte, fn func(protowire.Number, []byte)) {
+	for len(b) > 0 {
+		f, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return
+		}
+		b = b[n:]
+		m := protowire.ConsumeFieldValue(f, typ, b)
+		if m < 0 {
+			return
+		}
+		if typ == protowire.BytesType {
+			v, _ := protowire.ConsumeBytes(b)
+			fn(f, v)
+		}
+		b = b[m:]
 	}
 }

@@ -135,11 +135,11 @@ func testRecords(t *testing.T) []*record {
 	}
 	recs := []*record{
 		{name: "POST /v1/messages", sc: sc(1, false, ts), parent: sc(9, true, trace.TraceState{}), kind: trace.SpanKindServer,
-			start: start, end: start.Add(3 * time.Millisecond), kv: all, dropped: 2,
+			start: start, end: start.Add(3 * time.Millisecond), attrs: encodeAttrs(all...), dropped: 2,
 			status: sdktrace.Status{Code: codes.Error, Description: "request failed"}},
 		{name: "chat claude-sonnet-4-5", sc: sc(2, false, trace.TraceState{}), parent: sc(1, false, ts), kind: trace.SpanKindClient,
-			start: start, end: start.Add(time.Millisecond), kv: []attribute.KeyValue{attribute.String(AttrErrorType, "overloaded_error"),
-				attribute.String(AttrOutputMessages, strings.Repeat("y", 20000))}, // a span of three length bytes
+			start: start, end: start.Add(time.Millisecond), attrs: encodeAttrs(attribute.String(AttrErrorType, "overloaded_error"),
+				attribute.String(AttrOutputMessages, strings.Repeat("y", 20000))), // a span of three length bytes
 			status: sdktrace.Status{Code: codes.Error, Description: "upstream answered an error"}},
 		{name: "unset", kind: trace.SpanKindInternal, sc: sc(3, false, trace.TraceState{}), start: start, end: start,
 			status: sdktrace.Status{Code: codes.Ok}},
@@ -174,6 +174,14 @@ func testRecords(t *testing.T) []*record {
 	return append(recs, got.rs...)
 }
 
+// encodeAttrs is kv as a span with the default limits keeps them.
+func encodeAttrs(kv ...attribute.KeyValue) []byte {
+	r := &record{t: &Tracer{limits: spanLimits{count: 128, valueLength: -1}}}
+	r.ents = r.arr[:0]
+	r.add(kv...)
+	return r.attrs
+}
+
 // keptRecords is an exporter that keeps a copy of each span it is sent.
 type keptRecords struct {
 	mu sync.Mutex
@@ -184,7 +192,7 @@ type recordBatch []*record
 
 func (b *recordBatch) add(r *record) {
 	*b = append(*b, &record{name: r.name, sc: r.sc, parent: r.parent, kind: r.kind, start: r.start, end: r.end,
-		status: r.status, kv: slices.Clone(r.kv), dropped: r.dropped})
+		status: r.status, attrs: slices.Clone(r.attrs), dropped: r.dropped})
 }
 func (b *recordBatch) len() int { return len(*b) }
 func (b *recordBatch) reset()   { *b = nil }
@@ -321,7 +329,7 @@ func TestOTLPExporterReplacesInvalidUTF8(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer exp.shutdown(context.Background())
-	r := &record{name: "caf\xe9", kv: []attribute.KeyValue{attribute.String("k", "x\xffy")}}
+	r := &record{name: "caf\xe9", attrs: encodeAttrs(attribute.String("k", "x\xffy"))}
 	if err := exp.export(context.Background(), batchOf(exp, []*record{r})); err != nil {
 		t.Fatal(err)
 	}

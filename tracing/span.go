@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // A span is recorded here, not by the SDK's TracerProvider: the SDK's span
@@ -18,14 +19,21 @@ import (
 // them at its end, then a snapshot kept until its batch is exported and a
 // wake of the batch goroutine; for a request's two spans that was about a
 // third of what tracing every request cost the proxy. A record is reused,
-// filled in place, and at its end encoded into its batch (batch.go) and
-// reused again. The SDK's pieces are kept where they are not per span: its
-// samplers decide, its OTLP clients upload, and its exporters can be given
-// the spans (a test's).
+// its attributes encoded as they are set, and at its end it is written into
+// its batch (batch.go) and reused again. The SDK's pieces are kept where
+// they are not per span: its samplers decide, its OTLP clients upload, and
+// its exporters can be given the spans (a test's).
 
 // record is one sampled span from its start to its end. It belongs to the
 // request's goroutine, which hands it to the batcher and back to its pool at
 // End; gen tells a Span that its record has moved on.
+//
+// Its attributes are kept as they will be sent, the Span message's encoded
+// attributes fields, in memory the garbage collector does not scan: kept as
+// attribute.KeyValues, each would be copied in, de-duplicated, encoded and
+// cleared again, every copy of its strings a write barrier while a
+// collection runs. Kept encoded, they are written once, and the strings they
+// came from are not kept.
 type record struct {
 	t      *Tracer
 	sc     trace.SpanContext
@@ -35,57 +43,39 @@ type record struct {
 	start  time.Time
 	end    time.Time
 	status sdktrace.Status
-	kv     []attribute.KeyValue
-	// dropped counts the attributes the limits left out, set at the end.
+	attrs  []byte    // the encoded attributes, in the order their keys came
+	ents   []attrEnt // where each attribute is in attrs
+	seen   uint64    // the keyBit of every key in ents
+	// dropped counts the attributes left out: an empty key, or past the count limit.
 	dropped int
-	gen     atomic.Uint64        // odd while the span is open
-	buf     []attribute.KeyValue // the inline array, which kv starts as
-	pool    *sync.Pool
+	gen     atomic.Uint64 // odd while the span is open
+	arr     [32]attrEnt   // ents' first array
 }
 
-// A chat span records 21 attributes on a usual reply (a threaded request, a
-// transformation or an error one more each; a tenant's content two, and kv
-// grows), a server or memory span up to 6: a record carries an array of the
-// size its kind needs.
-type (
-	chatRecord struct {
-		record
-		arr [24]attribute.KeyValue
-	}
-	smallRecord struct {
-		record
-		arr [6]attribute.KeyValue
-	}
-)
+// attrEnt is one encoded attribute: attrs[start:end], its key at keyAt.
+type attrEnt struct{ start, end, keyAt, keyLen int32 }
 
-var (
-	chatRecords  = sync.Pool{New: func() any { c := new(chatRecord); c.buf = c.arr[:]; return &c.record }}
-	smallRecords = sync.Pool{New: func() any { c := new(smallRecord); c.buf = c.arr[:]; return &c.record }}
-)
+var records = sync.Pool{New: func() any { r := new(record); r.ents = r.arr[:0]; return r }}
 
-func newRecord(chat bool) *record {
-	pool := &smallRecords
-	if chat {
-		pool = &chatRecords
-	}
-	r := pool.Get().(*record)
-	r.pool = pool
-	r.kv = r.buf[:0]
+// maxKeptAttrs bounds the attribute buffer a record keeps for its next span
+// (a span with a tenant's content in it may have grown it large).
+const maxKeptAttrs = 16 << 10
+
+func newRecord() *record {
+	r := records.Get().(*record)
 	r.gen.Add(1) // open
 	return r
 }
 
-// free returns r to its pool, every reference it held cleared.
+// free returns r to its pool, emptied.
 func (r *record) free() {
 	r.gen.Add(1) // closed: a Span still holding r ignores every call
-	clear(r.kv)
-	if len(r.kv) > 0 && &r.kv[0] != &r.buf[0] { // kv outgrew the array, which holds its first attributes
-		clear(r.buf)
+	r.t, r.sc, r.parent, r.name, r.status = nil, trace.SpanContext{}, trace.SpanContext{}, "", sdktrace.Status{}
+	r.attrs, r.ents, r.seen, r.dropped = r.attrs[:0], r.arr[:0], 0, 0
+	if cap(r.attrs) > maxKeptAttrs {
+		r.attrs = nil
 	}
-	buf, pool, gen := r.buf, r.pool, r.gen.Load()
-	*r = record{buf: buf}
-	r.gen.Store(gen)
-	pool.Put(r)
+	records.Put(r)
 }
 
 // start begins the span name of kind under ctx's span, if the sampler
@@ -112,7 +102,7 @@ func (t *Tracer) start(ctx context.Context, name string, kind trace.SpanKind) (c
 		// reads a span that is not: such a span is left out as a dropped one.
 		return ctx, nil
 	}
-	r := newRecord(kind == trace.SpanKindClient)
+	r := newRecord()
 	r.t, r.sc, r.parent, r.name, r.kind, r.start = t, sc, parent, name, kind, time.Now()
 	return ctx, r
 }
@@ -143,8 +133,92 @@ func newSpanID() trace.SpanID {
 	}
 }
 
-// add appends attributes (kv does not escape: a call needs no slice of its own).
-func (r *record) add(kv ...attribute.KeyValue) { r.kv = append(r.kv, kv...) }
+// add sets attributes as the SDK's span keeps them: a key set again keeps
+// its first place and takes the last value, an empty key is dropped, and
+// OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT and ..._VALUE_LENGTH_LIMIT bound what the
+// span carries. (kv does not escape: a call needs no slice of its own.)
+func (r *record) add(kv ...attribute.KeyValue) {
+	for i := range kv {
+		r.set(&kv[i])
+	}
+}
+
+func (r *record) set(a *attribute.KeyValue) {
+	if a.Key == "" {
+		r.dropped++
+		return
+	}
+	lim := &r.t.limits
+	bit := keyBit(a.Key)
+	at := -1
+	if r.seen&bit != 0 {
+		at = r.find(a.Key)
+	}
+	if at < 0 && lim.count >= 0 && len(r.ents) >= lim.count {
+		r.dropped++
+		return
+	}
+	start := len(r.attrs)
+	enc := encoder{b: r.attrs}
+	var key int
+	if lim.valueLength >= 0 {
+		key = enc.keyValueAt(fSpanAttributes, &attribute.KeyValue{Key: a.Key, Value: lim.truncate(a.Value)})
+	} else {
+		key = enc.keyValueAt(fSpanAttributes, a)
+	}
+	r.attrs = enc.b
+	e := attrEnt{start: int32(start), end: int32(len(r.attrs)), keyAt: int32(key), keyLen: int32(len(a.Key))}
+	if at < 0 {
+		r.seen |= bit
+		r.ents = append(r.ents, e)
+		return
+	}
+	r.replace(at, e)
+}
+
+// keyAt is where the key of the KeyValue field encoded at attrs[start:]
+// begins (the key is not empty).
+func keyAt(attrs []byte, start int) int {
+	i := start + 1 // the field's one-byte tag
+	_, n := protowire.ConsumeVarint(attrs[i:])
+	i += n + 1 // its length, the key's one-byte tag
+	_, n = protowire.ConsumeVarint(attrs[i:])
+	return i + n
+}
+
+// find is the index in r.ents of key's attribute, or -1. (A key that is not
+// UTF-8 is written with U+FFFD and not found again: set twice, it is sent
+// twice. The keys here are constants.)
+func (r *record) find(key attribute.Key) int {
+	for i, e := range r.ents {
+		if int(e.keyLen) == len(key) && string(r.attrs[e.keyAt:e.keyAt+e.keyLen]) == string(key) {
+			return i
+		}
+	}
+	return -1
+}
+
+// replace puts the attribute just encoded at the end of r.attrs (e) in the
+// place of the attribute at, whose key it has.
+func (r *record) replace(at int, e attrEnt) {
+	old := r.ents[at]
+	enc := r.attrs[e.start:e.end]
+	if len(enc) == int(old.end-old.start) {
+		copy(r.attrs[old.start:old.end], enc)
+		r.attrs = r.attrs[:e.start]
+		return
+	}
+	// The rest moves: rare (a value set again with another length).
+	rest := append(append([]byte(nil), enc...), r.attrs[old.end:e.start]...)
+	r.attrs = append(r.attrs[:old.start], rest...)
+	delta := int32(len(enc)) - (old.end - old.start)
+	r.ents[at] = attrEnt{start: old.start, end: old.start + int32(len(enc)), keyAt: old.start + (e.keyAt - e.start), keyLen: e.keyLen}
+	for i := at + 1; i < len(r.ents); i++ {
+		r.ents[i].start += delta
+		r.ents[i].end += delta
+		r.ents[i].keyAt += delta
+	}
+}
 
 // finish ends the span: it joins its batch and r is free.
 func (r *record) finish() {
@@ -153,49 +227,15 @@ func (r *record) finish() {
 	r.free()
 }
 
-// dedupe keeps the last value of each key, in the order keys first came. A
-// span's keys are a few dozen constants, so a scan beats a map, and a 64-bit
-// filter of the keys seen spares the scan for a key that cannot be one.
-func dedupe(kv []attribute.KeyValue) []attribute.KeyValue {
-	var seen uint64
-	n := 0 // kv[:n] is the result so far
-	for i := range kv {
-		a := &kv[i]
-		if a.Key == "" || a.Value.Type() == attribute.INVALID {
-			continue
-		}
-		bit := keyBit(a.Key)
-		if seen&bit != 0 && replace(kv[:n], a) {
-			continue
-		}
-		seen |= bit
-		if n != i {
-			kv[n] = *a
-		}
-		n++
-	}
-	clear(kv[n:])
-	return kv[:n]
-}
-
-// keyBit is k's bit in dedupe's filter: by its length and last byte.
+// keyBit is k's bit in a 64-bit filter of the keys a span has: by its
+// length and last two bytes, so a scan for a key already set is only made
+// for a key that may be one.
 func keyBit(k attribute.Key) uint64 {
 	h := uint(len(k))
-	if len(k) > 0 {
-		h = h*31 + uint(k[len(k)-1])
+	if len(k) > 1 {
+		h = h*31 + uint(k[len(k)-1])*7 + uint(k[len(k)-2])
 	}
 	return 1 << (h % 64)
-}
-
-// replace sets *a over the attribute of its key in kv, if there is one.
-func replace(kv []attribute.KeyValue, a *attribute.KeyValue) bool {
-	for i := range kv {
-		if kv[i].Key == a.Key {
-			kv[i] = *a
-			return true
-		}
-	}
-	return false
 }
 
 // Span is a started span; the zero Span (tracing off, or a span the sampler

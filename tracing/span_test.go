@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -164,10 +163,11 @@ func TestAttributesAtExport(t *testing.T) {
 		{"a key set twice keeps its last value, in its first place", nil, []attribute.KeyValue{
 			attribute.String(AttrMemoryCommand, "view"), attribute.String("a", "héllo wörld"), attribute.StringSlice("s", []string{"abcdef", "é"}),
 			attribute.Int("n", 2)}, 0},
-		{"the count limit keeps the first keys", map[string]string{"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "2"}, []attribute.KeyValue{
-			attribute.String(AttrMemoryCommand, "view"), attribute.String("a", "héllo wörld")}, 2},
+		// As the SDK counts: each setting of a key past the limit is one dropped.
+		{"the count limit keeps the first keys and updates them", map[string]string{"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "2"}, []attribute.KeyValue{
+			attribute.String(AttrMemoryCommand, "view"), attribute.String("a", "héllo wörld")}, 3},
 		{"the general count limit applies when the span's is unset", map[string]string{"OTEL_ATTRIBUTE_COUNT_LIMIT": "1"}, []attribute.KeyValue{
-			attribute.String(AttrMemoryCommand, "view")}, 3},
+			attribute.String(AttrMemoryCommand, "view")}, 5},
 		{"the value length limit cuts strings by characters", map[string]string{"OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": "3"}, []attribute.KeyValue{
 			attribute.String(AttrMemoryCommand, "vie"), attribute.String("a", "hél"), attribute.StringSlice("s", []string{"abc", "é"}),
 			attribute.Int("n", 2)}, 0},
@@ -185,8 +185,8 @@ func TestAttributesAtExport(t *testing.T) {
 				t.Fatalf("%d spans", len(kept.rs))
 			}
 			r := kept.rs[0]
-			if fmt.Sprint(r.kv) != fmt.Sprint(tc.want) || r.dropped != tc.dropped {
-				t.Errorf("attributes %v, %d dropped; want %v, %d", r.kv, r.dropped, tc.want, tc.dropped)
+			if got := decodeAttrs(r.attrs); fmt.Sprint(got) != fmt.Sprint(tc.want) || r.dropped != tc.dropped {
+				t.Errorf("attributes %v, %d dropped; want %v, %d", got, r.dropped, tc.want, tc.dropped)
 			}
 		})
 	}
@@ -276,27 +276,40 @@ func TestASpanEndedTouchesNothing(t *testing.T) {
 		t.Fatalf("%d spans exported, want 4", len(kept.rs))
 	}
 	for _, r := range kept.rs[1:] {
-		if r.name != "memory create" || r.status.Code != 0 || fmt.Sprint(r.kv) != fmt.Sprint([]attribute.KeyValue{
+		if r.name != "memory create" || r.status.Code != 0 || fmt.Sprint(decodeAttrs(r.attrs)) != fmt.Sprint([]attribute.KeyValue{
 			attribute.String(AttrMemoryCommand, "create"), attribute.String(AttrMemoryResult, "ok"), attribute.Int(AttrMemoryBytes, 1)}) {
-			t.Errorf("span %s: %v, status %v", r.name, r.kv, r.status)
+			t.Errorf("span %s: %v, status %v", r.name, decodeAttrs(r.attrs), r.status)
 		}
 	}
 }
 
-// dedupe against a map: keys that share the filter's bit (the same length
-// and last byte) stay apart, a key set again keeps its place and last value.
-func TestDedupeKeepsTheLastValueOfEachKey(t *testing.T) {
+// A span's attributes against a map: keys that share the filter's bit stay
+// apart, a key set again keeps its place and takes its last value (whatever
+// its length), an empty key is dropped and counted, empty values are kept.
+func TestAttributesKeepTheLastValueOfEachKey(t *testing.T) {
 	keys := []attribute.Key{"ab", "cb", "xb", "a", "b", "abc", "abd", "gen_ai.request.model", "gen_ai.response.model", ""}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 2000 {
 		var kv []attribute.KeyValue
-		for i := range rng.IntN(30) {
-			kv = append(kv, attribute.Int(string(keys[rng.IntN(len(keys))]), i))
+		for i := range rng.IntN(40) {
+			k := string(keys[rng.IntN(len(keys))])
+			switch rng.IntN(4) {
+			case 0:
+				kv = append(kv, attribute.Int(k, i*1000*rng.IntN(1000)))
+			case 1:
+				kv = append(kv, attribute.String(k, strings.Repeat("v", rng.IntN(300))))
+			case 2:
+				kv = append(kv, attribute.KeyValue{Key: attribute.Key(k)})
+			default:
+				kv = append(kv, attribute.StringSlice(k, []string{"x", strings.Repeat("y", rng.IntN(3))}))
+			}
 		}
 		var want []attribute.KeyValue
 		at := map[attribute.Key]int{}
+		dropped := 0
 		for _, a := range kv {
-			if !a.Valid() {
+			if a.Key == "" {
+				dropped++
 				continue
 			}
 			if i, ok := at[a.Key]; ok {
@@ -306,9 +319,11 @@ func TestDedupeKeepsTheLastValueOfEachKey(t *testing.T) {
 			at[a.Key] = len(want)
 			want = append(want, a)
 		}
-		in := fmt.Sprint(kv)
-		if got := dedupe(slices.Clone(kv)); fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Fatalf("dedupe(%s) = %v, want %v", in, got, want)
+		r := &record{t: &Tracer{limits: spanLimits{count: 128, valueLength: -1}}}
+		r.ents = r.arr[:0]
+		r.add(kv...)
+		if got := decodeAttrs(r.attrs); fmt.Sprint(got) != fmt.Sprint(want) || r.dropped != dropped {
+			t.Fatalf("attributes of %v:\n%v, %d dropped\nwant\n%v, %d", kv, got, r.dropped, want, dropped)
 		}
 	}
 }

@@ -39,6 +39,7 @@ import (
 // Tracer starts ctxproxy's spans. A nil *Tracer is valid and does nothing.
 type Tracer struct {
 	sampler sdktrace.Sampler
+	limits  spanLimits
 	batch   *batcher
 	prop    propagation.TextMapPropagator
 }
@@ -92,7 +93,8 @@ func WithExporter(exp sdktrace.SpanExporter) *Tracer {
 func newTracer(getenv Getenv, exp exporter) *Tracer {
 	return &Tracer{
 		sampler: samplerFromEnv(getenv),
-		batch:   newBatcher(exp, batchFromEnv(getenv), limitsFromEnv(getenv)),
+		limits:  limitsFromEnv(getenv),
+		batch:   newBatcher(exp, batchFromEnv(getenv)),
 		prop:    propagation.TraceContext{},
 	}
 }
