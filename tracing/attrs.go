@@ -106,13 +106,13 @@ func (s Span) EndChat(r ChatResponse) {
 			s.r.add(attribute.String(AttrResponseModel, r.Model))
 		}
 		if r.StopReason != "" {
-			s.r.add(finishReasons(r.StopReason))
+			s.r.setStrings(AttrResponseFinishReasons, []string{r.StopReason})
 		}
 		if len(r.AppliedEdits) > 0 {
-			s.r.add(attribute.StringSlice(AttrAppliedEdits, r.AppliedEdits))
+			s.r.setStrings(AttrAppliedEdits, r.AppliedEdits)
 		}
 		if len(r.InputTransformations) > 0 {
-			s.r.add(attribute.StringSlice(AttrInputTransformations, r.InputTransformations))
+			s.r.setStrings(AttrInputTransformations, r.InputTransformations)
 		}
 		if r.OutputMessages != "" {
 			s.r.add(attribute.String(AttrOutputMessages, r.OutputMessages))
@@ -122,24 +122,6 @@ func (s Span) EndChat(r ChatResponse) {
 		}
 	}
 	s.End()
-}
-
-// knownFinishReasons are gen_ai.response.finish_reasons of the API's stop
-// reasons, made once: a one-element string slice is two allocations a reply.
-var knownFinishReasons = func() map[string]attribute.KeyValue {
-	m := map[string]attribute.KeyValue{}
-	for _, r := range []string{"end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal",
-		"model_context_window_exceeded", "compaction"} {
-		m[r] = attribute.StringSlice(AttrResponseFinishReasons, []string{r})
-	}
-	return m
-}()
-
-func finishReasons(stopReason string) attribute.KeyValue {
-	if kv, ok := knownFinishReasons[stopReason]; ok {
-		return kv
-	}
-	return attribute.StringSlice(AttrResponseFinishReasons, []string{stopReason})
 }
 
 // EndServer records the status the client got and the tenant, and ends the

@@ -378,6 +378,47 @@ func (enc *encoder) keyValueAt(f protowire.Number, kv *attribute.KeyValue) int {
 	return at
 }
 
+// stringsAt writes a string slice attribute as keyValue would write
+// attribute.StringSlice(key, ss), each string cut to limit characters
+// (none when negative), and returns where its key begins.
+func (enc *encoder) stringsAt(f protowire.Number, key string, ss []string, limit int) int {
+	elem := func(s string) string {
+		if limit >= 0 {
+			s = truncate(s, limit)
+		}
+		return validUTF8(s)
+	}
+	arr := 0 // the ArrayValue's length
+	for _, s := range ss {
+		s = elem(s)
+		n := 1 + sizeLen(len(s)) + len(s) // an AnyValue
+		arr += 1 + sizeLen(n) + n
+	}
+	vlen := 1 + sizeLen(arr) + arr
+	key = validUTF8(key)
+	n := 1 + sizeLen(len(key)) + len(key) + 1 + sizeLen(vlen) + vlen
+	b := append(enc.b, byte(protowire.EncodeTag(f, protowire.BytesType)))
+	b = appendLen(b, n)
+	b = append(b, tagKey)
+	b = appendLen(b, len(key))
+	at := len(b)
+	b = append(b, key...)
+	b = append(b, tagValue)
+	b = appendLen(b, vlen)
+	b = append(b, tagAnyArray)
+	b = appendLen(b, arr)
+	for _, s := range ss {
+		s = elem(s)
+		b = append(b, tagArrayValue)
+		b = appendLen(b, 1+sizeLen(len(s))+len(s))
+		b = append(b, tagAnyString)
+		b = appendLen(b, len(s))
+		b = append(b, s...)
+	}
+	enc.b = b
+	return at
+}
+
 // The one-byte tags keyValue writes.
 const (
 	tagKey       = byte(fKeyValueKey<<3 | protowire.BytesType)
@@ -386,6 +427,9 @@ const (
 	tagAnyInt    = byte(fAnyInt<<3 | protowire.VarintType)
 	tagAnyBool   = byte(fAnyBool<<3 | protowire.VarintType)
 	tagAnyDouble = byte(fAnyDouble<<3 | protowire.Fixed64Type)
+	tagAnyArray  = byte(fAnyArray<<3 | protowire.BytesType)
+	// An ArrayValue's values.
+	tagArrayValue = byte(fArrayValues<<3 | protowire.BytesType)
 )
 
 // appendLen appends a length's varint: one byte below 128.

@@ -144,36 +144,65 @@ func (r *record) add(kv ...attribute.KeyValue) {
 }
 
 func (r *record) set(a *attribute.KeyValue) {
-	if a.Key == "" {
-		r.dropped++
-		return
-	}
-	lim := &r.t.limits
-	bit := keyBit(a.Key)
-	at := -1
-	if r.seen&bit != 0 {
-		at = r.find(a.Key)
-	}
-	if at < 0 && lim.count >= 0 && len(r.ents) >= lim.count {
-		r.dropped++
+	at, ok := r.slot(a.Key)
+	if !ok {
 		return
 	}
 	start := len(r.attrs)
 	enc := encoder{b: r.attrs}
-	var key int
-	if lim.valueLength >= 0 {
-		key = enc.keyValueAt(fSpanAttributes, &attribute.KeyValue{Key: a.Key, Value: lim.truncate(a.Value)})
+	var k int
+	if lim := &r.t.limits; lim.valueLength >= 0 {
+		k = enc.keyValueAt(fSpanAttributes, &attribute.KeyValue{Key: a.Key, Value: lim.truncate(a.Value)})
 	} else {
-		key = enc.keyValueAt(fSpanAttributes, a)
+		k = enc.keyValueAt(fSpanAttributes, a)
 	}
 	r.attrs = enc.b
-	e := attrEnt{start: int32(start), end: int32(len(r.attrs)), keyAt: int32(key), keyLen: int32(len(a.Key))}
-	if at < 0 {
-		r.seen |= bit
-		r.ents = append(r.ents, e)
+	r.place(a.Key, at, start, k)
+}
+
+// setStrings sets a string slice attribute, written from ss itself: an
+// attribute.StringSlice would copy ss twice, once to be made and once to be
+// read. (ss does not escape.)
+func (r *record) setStrings(key attribute.Key, ss []string) {
+	at, ok := r.slot(key)
+	if !ok {
 		return
 	}
-	r.replace(at, e)
+	start := len(r.attrs)
+	enc := encoder{b: r.attrs}
+	k := enc.stringsAt(fSpanAttributes, string(key), ss, r.t.limits.valueLength)
+	r.attrs = enc.b
+	r.place(key, at, start, k)
+}
+
+// slot says where key's attribute goes: the index in r.ents of the one it
+// replaces, or -1 for a new one; not ok when it is dropped (counted).
+func (r *record) slot(key attribute.Key) (at int, ok bool) {
+	if key == "" {
+		r.dropped++
+		return 0, false
+	}
+	at = -1
+	if r.seen&keyBit(key) != 0 {
+		at = r.find(key)
+	}
+	if lim := r.t.limits.count; at < 0 && lim >= 0 && len(r.ents) >= lim {
+		r.dropped++
+		return 0, false
+	}
+	return at, true
+}
+
+// place records the attribute of key just encoded at r.attrs[start:], the
+// key at keyAt, in the slot at.
+func (r *record) place(key attribute.Key, at, start, keyAt int) {
+	e := attrEnt{start: int32(start), end: int32(len(r.attrs)), keyAt: int32(keyAt), keyLen: int32(len(key))}
+	if at >= 0 {
+		r.replace(at, e)
+		return
+	}
+	r.seen |= keyBit(key)
+	r.ents = append(r.ents, e)
 }
 
 // keyAt is where the key of the KeyValue field encoded at attrs[start:]

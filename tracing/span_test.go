@@ -1,6 +1,7 @@
 package tracing
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -333,6 +334,25 @@ func TestValidUTF8(t *testing.T) {
 		"\xffabcdefgh", "abcdefg\xff", "abcdefgh\xff", "abcdefghijklmno\xe9", "abcdefghijklmnop\xe9", "caf\xe9", "日本語のテキスト"} {
 		if got, want := validUTF8(s), strings.ToValidUTF8(s, "\uFFFD"); got != want {
 			t.Errorf("validUTF8(%q) = %q, want %q", s, got, want)
+		}
+	}
+}
+
+// setStrings writes what setting an attribute.StringSlice writes.
+func TestSetStringsIsAStringSlice(t *testing.T) {
+	long := strings.Repeat("é", 100)
+	for _, limit := range []int{-1, 0, 3, 200} {
+		for _, ss := range [][]string{nil, {}, {""}, {"end_turn"}, {"a", long, "x\xffy", "日本語"}, {strings.Repeat("z", 300)}} {
+			lim := spanLimits{count: 128, valueLength: limit}
+			a := &record{t: &Tracer{limits: lim}}
+			a.ents = a.arr[:0]
+			a.setStrings("k", ss)
+			b := &record{t: &Tracer{limits: lim}}
+			b.ents = b.arr[:0]
+			b.add(attribute.StringSlice("k", ss))
+			if !bytes.Equal(a.attrs, b.attrs) {
+				t.Errorf("limit %d, %q: setStrings wrote %x, a StringSlice %x", limit, ss, a.attrs, b.attrs)
+			}
 		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
@@ -38,10 +39,11 @@ import (
 
 // Tracer starts ctxproxy's spans. A nil *Tracer is valid and does nothing.
 type Tracer struct {
-	sampler sdktrace.Sampler
-	limits  spanLimits
-	batch   *batcher
-	prop    propagation.TextMapPropagator
+	sampler      sdktrace.Sampler
+	limits       spanLimits
+	batch        *batcher
+	lastChatName atomic.Pointer[spanName]
+	prop         propagation.TextMapPropagator
 }
 
 // Enabled reports whether traces are exported.
@@ -161,7 +163,7 @@ func (t *Tracer) StartServer(r *http.Request, route string) (context.Context, Sp
 	if rec == nil {
 		return ctx, Span{}
 	}
-	rec.name = r.Method + " " + route
+	rec.name = serverName(r.Method, route)
 	rec.add(
 		attribute.String("http.request.method", r.Method),
 		attribute.String("http.route", route),
@@ -169,6 +171,33 @@ func (t *Tracer) StartServer(r *http.Request, route string) (context.Context, Sp
 	)
 	return ctx, spanOf(rec)
 }
+
+// serverName is a server span's name: the method and route, the usual ones
+// made once.
+func serverName(method, route string) string {
+	if method == http.MethodPost {
+		switch route {
+		case "/v1/messages":
+			return "POST /v1/messages"
+		case "/v1/messages/count_tokens":
+			return "POST /v1/messages/count_tokens"
+		}
+	}
+	return method + " " + route
+}
+
+// chatName is a chat span's name, `{operation} {model}`: the last one made
+// is kept for the next call, nearly always of the same model.
+func (t *Tracer) chatName(op, model string) string {
+	if n := t.lastChatName.Load(); n != nil && n.op == op && n.model == model {
+		return n.name
+	}
+	n := &spanName{op: op, model: strings.Clone(model), name: op + " " + model}
+	t.lastChatName.Store(n)
+	return n.name
+}
+
+type spanName struct{ op, model, name string }
 
 // StartChat starts the client span of one upstream Messages call:
 // `chat {model}`, kind CLIENT, with the request's GenAI attributes.
@@ -184,7 +213,7 @@ func (t *Tracer) StartChat(ctx context.Context, req ChatRequest) (context.Contex
 	if rec == nil {
 		return ctx, Span{}
 	}
-	rec.name = op + " " + req.Model
+	rec.name = t.chatName(op, req.Model)
 	rec.add(
 		attribute.String(AttrProviderName, "anthropic"),
 		attribute.String(AttrOperationName, op),
@@ -198,7 +227,7 @@ func (t *Tracer) StartChat(ctx context.Context, req ChatRequest) (context.Contex
 		rec.add(attribute.Int64(AttrRequestMaxTokens, req.MaxTokens))
 	}
 	if len(req.Edits) > 0 {
-		rec.add(attribute.StringSlice(AttrEditsWritten, req.Edits))
+		rec.setStrings(AttrEditsWritten, req.Edits)
 	}
 	return ctx, spanOf(rec)
 }
