@@ -356,3 +356,42 @@ func TestSetStringsIsAStringSlice(t *testing.T) {
 		}
 	}
 }
+
+// Spans ended from many goroutines at once, while batches fill, are exported
+// and flushed, each exactly once and whole (run with -race).
+func TestConcurrentSpansAreExportedOnce(t *testing.T) {
+	kept := &keptRecords{}
+	tr := newTracer(envOf(map[string]string{"OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "7", "OTEL_BSP_MAX_QUEUE_SIZE": "100000"}), kept)
+	const workers, each = 8, 200
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				_, sp := tr.StartMemory(context.Background(), "view")
+				sp.Set(attribute.Int("worker", w), attribute.Int("i", i))
+				sp.EndMemory(true, i)
+				if i%50 == 0 {
+					tr.Flush(context.Background())
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := tr.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, r := range kept.rs {
+		kv := decodeAttrs(r.attrs)
+		id := fmt.Sprint(kv)
+		if len(kv) != 5 || seen[id] || r.name != "memory view" {
+			t.Fatalf("span %s %v (seen before: %v)", r.name, kv, seen[id])
+		}
+		seen[id] = true
+	}
+	if len(seen) != workers*each {
+		t.Errorf("%d spans exported, want %d", len(seen), workers*each)
+	}
+}
