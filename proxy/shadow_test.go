@@ -44,7 +44,7 @@ shadow:
 
 // labHarness is a harness whose proxy has a ledger and a policy lab; done waits for the lab
 // and the ledger and reads the ledger back.
-func labHarness(t *testing.T, memory string) (*harness, func() []tokens.Call) {
+func labHarness(t *testing.T, memory string, opts ...func(*Config)) (*harness, func() []tokens.Call) {
 	t.Helper()
 	ledger, err := tokens.OpenLedger(t.Context(), "file:"+filepath.Join(t.TempDir(), "ledger.jsonl"))
 	if err != nil {
@@ -58,6 +58,9 @@ func labHarness(t *testing.T, memory string) (*harness, func() []tokens.Call) {
 	h := newHarnessWith(t, nil, labPolicies(memory), func(c *Config) {
 		lab = shadow.New(shadow.Config{Upstream: c.Upstream, Recorder: rec, Metrics: metrics})
 		c.Recorder, c.Metrics, c.Lab = rec, metrics, lab
+		for _, o := range opts {
+			o(c)
+		}
 	})
 	return h, func() []tokens.Call {
 		lab.Close(t.Context())
@@ -210,27 +213,14 @@ func TestTheLabLeavesThreadsCountTokensAndFailuresAlone(t *testing.T) {
 // they are no children of the call they shadow.
 func TestTheLabSendsTheClientsTraceparent(t *testing.T) {
 	const incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	ledger, err := tokens.OpenLedger(t.Context(), "file:"+filepath.Join(t.TempDir(), "ledger.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ledger.Close() })
-	prices := tokens.BuiltinPrices()
-	metrics := tokens.NewMetrics([]string{"lab"}, prices.Models())
-	rec := tokens.NewRecorder(prices, metrics, ledger, nil)
 	tr := tracing.WithExporter(discardExporter{})
 	t.Cleanup(func() { tr.Shutdown(context.Background()) })
-	var lab *shadow.Lab
-	h := newHarnessWith(t, nil, labPolicies("off"), func(c *Config) {
-		lab = shadow.New(shadow.Config{Upstream: c.Upstream, Recorder: rec, Metrics: metrics})
-		c.Recorder, c.Metrics, c.Lab, c.Tracer = rec, metrics, lab, tr
-	})
+	h, done := labHarness(t, "off", func(c *Config) { c.Tracer = tr })
 	resp := h.post("/v1/messages", keyLab, toolTurns, "Traceparent", incoming)
 	if got := readAll(t, resp.Body); resp.StatusCode != 200 {
 		t.Fatalf("status %d %s", resp.StatusCode, got)
 	}
-	lab.Close(t.Context())
-	rec.Close(t.Context())
+	done()
 	call := h.lastUpstream("/v1/messages").Header.Get("Traceparent")
 	if call == incoming || call == "" {
 		t.Fatalf("the call's traceparent %q: want the proxy's call span", call)

@@ -236,18 +236,6 @@ func (enc *encoder) span(r *record) {
 	enc.closeReserved2(start)
 }
 
-// The span's one-byte tags.
-const (
-	tagTraceID      = byte(fSpanTraceID<<3 | protowire.BytesType)
-	tagSpanID       = byte(fSpanSpanID<<3 | protowire.BytesType)
-	tagTraceState   = byte(fSpanTraceState<<3 | protowire.BytesType)
-	tagParentSpanID = byte(fSpanParentSpanID<<3 | protowire.BytesType)
-	tagName         = byte(fSpanName<<3 | protowire.BytesType)
-	tagKind         = byte(fSpanKind<<3 | protowire.VarintType)
-	tagStart        = byte(fSpanStart<<3 | protowire.Fixed64Type)
-	tagEnd          = byte(fSpanEnd<<3 | protowire.Fixed64Type)
-)
-
 // appendStr appends a string field with a one-byte tag, its invalid UTF-8
 // replaced (see strAlways).
 func appendStr(b []byte, tag byte, s string) []byte {
@@ -419,8 +407,17 @@ func (enc *encoder) stringsAt(f protowire.Number, key string, ss []string, limit
 	return at
 }
 
-// The one-byte tags keyValue writes.
+// The one-byte tags span and keyValue write (field numbers below 16).
 const (
+	tagTraceID      = byte(fSpanTraceID<<3 | protowire.BytesType)
+	tagSpanID       = byte(fSpanSpanID<<3 | protowire.BytesType)
+	tagTraceState   = byte(fSpanTraceState<<3 | protowire.BytesType)
+	tagParentSpanID = byte(fSpanParentSpanID<<3 | protowire.BytesType)
+	tagName         = byte(fSpanName<<3 | protowire.BytesType)
+	tagKind         = byte(fSpanKind<<3 | protowire.VarintType)
+	tagStart        = byte(fSpanStart<<3 | protowire.Fixed64Type)
+	tagEnd          = byte(fSpanEnd<<3 | protowire.Fixed64Type)
+
 	tagKey       = byte(fKeyValueKey<<3 | protowire.BytesType)
 	tagValue     = byte(fKeyValueValue<<3 | protowire.BytesType)
 	tagAnyString = byte(fAnyString<<3 | protowire.BytesType)
@@ -683,31 +680,24 @@ func decodeArray(b []byte) attribute.Value {
 	}
 	switch typ {
 	case attribute.STRING:
-		ss := make([]string, len(vs))
-		for i, v := range vs {
-			ss[i] = v.AsString()
-		}
-		return attribute.StringSliceValue(ss)
+		return attribute.StringSliceValue(valuesAs(vs, attribute.Value.AsString))
 	case attribute.INT64:
-		is := make([]int64, len(vs))
-		for i, v := range vs {
-			is[i] = v.AsInt64()
-		}
-		return attribute.Int64SliceValue(is)
+		return attribute.Int64SliceValue(valuesAs(vs, attribute.Value.AsInt64))
 	case attribute.BOOL:
-		bs := make([]bool, len(vs))
-		for i, v := range vs {
-			bs[i] = v.AsBool()
-		}
-		return attribute.BoolSliceValue(bs)
+		return attribute.BoolSliceValue(valuesAs(vs, attribute.Value.AsBool))
 	case attribute.FLOAT64:
-		ds := make([]float64, len(vs))
-		for i, v := range vs {
-			ds[i] = v.AsFloat64()
-		}
-		return attribute.Float64SliceValue(ds)
+		return attribute.Float64SliceValue(valuesAs(vs, attribute.Value.AsFloat64))
 	}
 	return attribute.SliceValue(vs...)
+}
+
+// valuesAs is vs, each as as reads it.
+func valuesAs[T any](vs []attribute.Value, as func(attribute.Value) T) []T {
+	out := make([]T, len(vs))
+	for i, v := range vs {
+		out[i] = as(v)
+	}
+	return out
 }
 
 // eachBytes calls fn with each length-delimited field of the message b.
