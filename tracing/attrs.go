@@ -1,8 +1,6 @@
 package tracing
 
 import (
-	"strings"
-
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/ctxproxy/ctxproxy/internal/apierr"
@@ -148,9 +146,9 @@ func (s Span) SetInput(conversationID, messages string) {
 		s.r.add(attribute.String(AttrConversationID, conversationID))
 	}
 	if messages != "" {
-		// The proxy leaves the messages' contents to the API to validate; an
-		// exporter refuses a batch with a string that is not UTF-8.
-		s.r.add(attribute.String(AttrInputMessages, strings.ToValidUTF8(messages, "\uFFFD")))
+		// Not UTF-8 (the proxy leaves the messages' contents to the API to
+		// validate), it is written with U+FFFD, as every string a span sends.
+		s.r.add(attribute.String(AttrInputMessages, messages))
 	}
 }
 

@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
-
 	"go.opentelemetry.io/otel/trace"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -569,24 +568,10 @@ func (enc *encoder) strAlways(f protowire.Number, s string) {
 	enc.b = protowire.AppendString(enc.b, s)
 }
 
-func (enc *encoder) bytes(f protowire.Number, b []byte) {
-	if len(b) > 0 {
-		enc.b = protowire.AppendTag(enc.b, f, protowire.BytesType)
-		enc.b = protowire.AppendBytes(enc.b, b)
-	}
-}
-
 func (enc *encoder) uint(f protowire.Number, v uint64) {
 	if v != 0 {
 		enc.b = protowire.AppendTag(enc.b, f, protowire.VarintType)
 		enc.b = protowire.AppendVarint(enc.b, v)
-	}
-}
-
-func (enc *encoder) fixed64(f protowire.Number, v uint64) {
-	if v != 0 {
-		enc.b = protowire.AppendTag(enc.b, f, protowire.Fixed64Type)
-		enc.b = protowire.AppendFixed64(enc.b, v)
 	}
 }
 

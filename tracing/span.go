@@ -2,6 +2,7 @@ package tracing
 
 import (
 	"context"
+	"encoding/binary"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -107,30 +108,23 @@ func (t *Tracer) start(ctx context.Context, name string, kind trace.SpanKind) (c
 	return ctx, r
 }
 
+// newTraceID and newSpanID draw from the runtime's generator (ChaCha8): IDs
+// must be unique, not secret. An all-zero ID is invalid, and drawn again.
 func newTraceID() trace.TraceID {
 	var id trace.TraceID
-	for {
-		hi, lo := rand.Uint64(), rand.Uint64()
-		for i := range 8 {
-			id[i], id[8+i] = byte(hi>>(56-8*i)), byte(lo>>(56-8*i))
-		}
-		if id.IsValid() {
-			return id
-		}
+	for !id.IsValid() {
+		binary.BigEndian.PutUint64(id[:8], rand.Uint64())
+		binary.BigEndian.PutUint64(id[8:], rand.Uint64())
 	}
+	return id
 }
 
 func newSpanID() trace.SpanID {
 	var id trace.SpanID
-	for {
-		v := rand.Uint64()
-		for i := range 8 {
-			id[i] = byte(v >> (56 - 8*i))
-		}
-		if id.IsValid() {
-			return id
-		}
+	for !id.IsValid() {
+		binary.BigEndian.PutUint64(id[:], rand.Uint64())
 	}
+	return id
 }
 
 // add sets attributes as the SDK's span keeps them: a key set again keeps

@@ -217,6 +217,14 @@ func TestBatcher(t *testing.T) {
 		startRequest(tr, "")
 		<-exp.started // never, were the batch to wait an hour for its schedule
 	})
+	t.Run("a batch not full is exported on the schedule, without a flush", func(t *testing.T) {
+		exp := &blockingExporter{started: make(chan struct{}), release: make(chan struct{})}
+		close(exp.release)
+		tr := newTracer(envOf(map[string]string{"OTEL_BSP_SCHEDULE_DELAY": "1"}), exp)
+		defer tr.Shutdown(context.Background())
+		startRequest(tr, "")
+		<-exp.started // never, were the schedule not to take the batch being filled
+	})
 	t.Run("spans beyond the queue's size are dropped while an export is slow, and the rest are exported", func(t *testing.T) {
 		exp := &blockingExporter{started: make(chan struct{}), release: make(chan struct{})}
 		tr := newTracer(envOf(map[string]string{"OTEL_BSP_MAX_QUEUE_SIZE": "4", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "1"}), exp)
