@@ -28,6 +28,21 @@ func withModels(models **capabilities.Cache) harnessOpt {
 	}
 }
 
+// refusingHarness is a harness whose models are read, with the fake refusing clear_thinking under
+// between_tools when refuses says so (the unverified rule, switched).
+func refusingHarness(t *testing.T, refuses bool, opts ...harnessOpt) *harness {
+	t.Helper()
+	var models *capabilities.Cache
+	h := newHarness(t, append([]harnessOpt{withModels(&models)}, opts...)...)
+	if err := models.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	o := h.fake.CurrentOptions()
+	o.December.BetweenToolsRefusesClearThinking = refuses
+	h.fake.SetOptions(o)
+	return h
+}
+
 // betweenToolsBody is a between_tools request to claude-opus-4-8, whose capabilities list
 // between_tools: ctxproxy counts it as thinking and adds acme's clear_thinking.
 func betweenToolsBody(stream bool, edits string) string {
@@ -83,14 +98,7 @@ func TestAClearThinkingTheUpstreamRefusesUnderBetweenToolsIsTakenBackAndLearned(
 				}
 				defer ledger.Close()
 				rec := tokens.NewRecorder(prices, nil, ledger, nil)
-				var models *capabilities.Cache
-				h := newHarness(t, withModels(&models), func(c *Config) { c.Recorder = rec })
-				if err := models.Refresh(t.Context()); err != nil {
-					t.Fatal(err)
-				}
-				o := h.fake.CurrentOptions()
-				o.December.BetweenToolsRefusesClearThinking = refuses
-				h.fake.SetOptions(o)
+				h := refusingHarness(t, refuses, func(c *Config) { c.Recorder = rec })
 				h.fake.SetResponder(fakeapi.Script(
 					fakeapi.Blocks(fakeapi.MemoryView("/memories")),
 					fakeapi.Blocks(fakeapi.Text("done")),
@@ -182,14 +190,7 @@ func TestARefusalOfTheClientsOwnEditIsRelayedUntouched(t *testing.T) {
 		{"another 400 with ctxproxy's clear_thinking in", keyAcme, `{"model":"claude-opus-4-8","max_tokens":2000,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[]}`, false, "messages"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			var models *capabilities.Cache
-			h := newHarness(t, withModels(&models))
-			if err := models.Refresh(t.Context()); err != nil {
-				t.Fatal(err)
-			}
-			o := h.fake.CurrentOptions()
-			o.December.BetweenToolsRefusesClearThinking = true
-			h.fake.SetOptions(o)
+			h := refusingHarness(t, true)
 			from := lastSeq(h.fake) + 1
 			resp := h.post("/v1/messages", tt.key, tt.body)
 			got := readAll(t, resp.Body)
@@ -214,14 +215,7 @@ func TestARefusalOfTheClientsOwnEditIsRelayedUntouched(t *testing.T) {
 // count_tokens gets the same rewrite, so the same refusal: it is taken back and learned too (the
 // learned refusal then also spares the Messages call).
 func TestCountTokensTakesBackARefusedClearThinkingToo(t *testing.T) {
-	var models *capabilities.Cache
-	h := newHarness(t, withModels(&models))
-	if err := models.Refresh(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	o := h.fake.CurrentOptions()
-	o.December.BetweenToolsRefusesClearThinking = true
-	h.fake.SetOptions(o)
+	h := refusingHarness(t, true)
 	body := `{"model":"claude-opus-4-8","thinking":{"type":"between_tools"},"messages":[{"role":"user","content":"hi"}]}`
 	from := lastSeq(h.fake) + 1
 	resp := h.post("/v1/messages/count_tokens", keyAcme, body)
