@@ -157,6 +157,24 @@ func rollupSuite(t *testing.T, open func(t *testing.T) BatchLedger) {
 
 // foldEvery makes l fold when its batches since the last fold hold lines lines, and never
 // for the time passed (0: never fold).
+// freshPGLedger is a PostgreSQL ledger in a schema of its own, closed with the test.
+func freshPGLedger(t *testing.T) (*pgtest.DB, *PGLedger) {
+	t.Helper()
+	db := pgtest.New(t, "tokens_test")
+	l, err := OpenPGLedger(t.Context(), db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return db, l
+}
+
+// pendingRows is how many pending rollup rows db holds.
+func pendingRows(t *testing.T, db *pgtest.DB) int64 {
+	t.Helper()
+	return db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger_rollup_pending`)
+}
+
 func foldEvery(l *PGLedger, lines int) *PGLedger {
 	if lines == 0 {
 		lines = math.MaxInt
@@ -179,12 +197,7 @@ func TestPGRollups(t *testing.T) {
 		})
 	}
 	t.Run("a batch whose fold fails keeps its lines, their sums pending", func(t *testing.T) {
-		db := pgtest.New(t, "tokens_test")
-		l, err := OpenPGLedger(ctx, db.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
+		db, l := freshPGLedger(t)
 		foldEvery(l, 1)
 		db.Exec(t, `ALTER TABLE `+db.Schema+`.ctxproxy_ledger_rollup ADD CONSTRAINT doomed CHECK (tenant <> 'doomed')`)
 		calls := randomCalls(rand.New(rand.NewPCG(4, 4)), 50, rollupStart, 48)
@@ -206,12 +219,7 @@ func TestPGRollups(t *testing.T) {
 		checkReportsEqualScan(t, l)
 	})
 	t.Run("a fold that fails leaves its batch's sums pending with the others, and loses none", func(t *testing.T) {
-		db := pgtest.New(t, "tokens_test")
-		l, err := OpenPGLedger(ctx, db.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
+		db, l := freshPGLedger(t)
 		foldEvery(l, 0)
 		db.Exec(t, `ALTER TABLE `+db.Schema+`.ctxproxy_ledger_rollup_day ADD CONSTRAINT doomed CHECK (tenant <> 'doomed')`)
 		calls := randomCalls(rand.New(rand.NewPCG(6, 6)), 60, rollupStart, 48)
@@ -226,7 +234,7 @@ func TestPGRollups(t *testing.T) {
 		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger`); n != 40 {
 			t.Fatalf("%d lines, want the 40 of both batches", n)
 		}
-		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger_rollup_pending`); n != 2 {
+		if n := pendingRows(t, db); n != 2 {
 			t.Fatalf("%d pending rows, want both batches'", n)
 		}
 		checkReportsEqualScan(t, l)
@@ -234,7 +242,7 @@ func TestPGRollups(t *testing.T) {
 		if _, err := l.AppendBatch(ctx, calls[40:]); err != nil {
 			t.Fatal(err)
 		}
-		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger_rollup_pending`); n != 0 {
+		if n := pendingRows(t, db); n != 0 {
 			t.Fatalf("%d pending rows after a fold, want 0", n)
 		}
 		checkReportsEqualScan(t, l)
@@ -258,25 +266,20 @@ func TestPGRollups(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger_rollup_pending`); n != 8 {
+		if n := pendingRows(t, db); n != 8 {
 			t.Fatalf("%d pending rows, want the killed process's 8 batches", n)
 		}
 		checkReportsEqualScan(t, l)
 		if _, err := l.AppendBatch(ctx, calls[200:]); err != nil { // a process's first batch folds
 			t.Fatal(err)
 		}
-		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger_rollup_pending`); n != 0 {
+		if n := pendingRows(t, db); n != 0 {
 			t.Fatalf("%d pending rows after the next process's first batch, want 0", n)
 		}
 		checkReportsEqualScan(t, l)
 	})
 	t.Run("a fold takes every batch written since the last one: one-line batches do not pile up", func(t *testing.T) {
-		db := pgtest.New(t, "tokens_test")
-		l, err := OpenPGLedger(ctx, db.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
+		db, l := freshPGLedger(t)
 		foldEvery(l, 7)
 		calls := randomCalls(rand.New(rand.NewPCG(10, 10)), 60, rollupStart, 24)
 		for i := range calls {
@@ -284,18 +287,13 @@ func TestPGRollups(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger_rollup_pending`); n >= 7 {
+		if n := pendingRows(t, db); n >= 7 {
 			t.Fatalf("%d pending rows after 60 one-line batches folding every 7 lines, want fewer than 7", n)
 		}
 		checkReportsEqualScan(t, l)
 	})
 	t.Run("a fold leaves a newer build's pending rows, of sums it does not keep, for that build", func(t *testing.T) {
-		db := pgtest.New(t, "tokens_test")
-		l, err := OpenPGLedger(ctx, db.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
+		db, l := freshPGLedger(t)
 		foldEvery(l, 1)
 		newer := []byte{pendingFormat, byte(len(rollupSums) + 1), 0}
 		db.Exec(t, `INSERT INTO `+db.Schema+`.ctxproxy_ledger_rollup_pending (batch) VALUES ($1)`, newer)
@@ -303,7 +301,7 @@ func TestPGRollups(t *testing.T) {
 		if _, err := l.AppendBatch(ctx, calls); err != nil {
 			t.Fatalf("a fold failed on a newer build's row: %v", err)
 		}
-		if n := db.QueryInt(t, `SELECT count(*) FROM `+db.Schema+`.ctxproxy_ledger_rollup_pending`); n != 1 {
+		if n := pendingRows(t, db); n != 1 {
 			t.Fatalf("%d pending rows, want the newer build's one left", n)
 		}
 	})
@@ -394,12 +392,7 @@ func TestPGRollups(t *testing.T) {
 		}
 	})
 	t.Run("every sum has its column", func(t *testing.T) {
-		db := pgtest.New(t, "tokens_test")
-		l, err := OpenPGLedger(ctx, db.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
+		db, _ := freshPGLedger(t) // opening it makes the tables
 		for _, tb := range pgRollupTables {
 			for _, f := range rollupSums {
 				if n := db.QueryInt(t, `SELECT count(*) FROM information_schema.columns WHERE table_schema = $1
